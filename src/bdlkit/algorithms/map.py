@@ -1,0 +1,78 @@
+"""MAP estimation: maximise the (tempered) log posterior with SGD or Adam.
+
+Per-datum convention (``docs/conventions.md``): the optimiser minimises
+
+    ℓ(θ) = -value(θ, B) / N  =  -(1/T)[ mean_{i∈B} log p(y_i | x_i, θ) + log p(θ) / N ]
+
+so ``lr`` means the same as in ordinary network training, whatever N is.
+The MAP point is a delta "posterior": ``Result.sample(n)`` repeats it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..optim import AdamState, SGDState, make_optimizer
+from ..schedules import Schedule, resolve
+from ..tree import TensorTree, detach_clone, pytree_dataclass, tree_map
+from ..types import Batch, Info, Problem
+
+
+@pytree_dataclass
+class MAPState:
+    params: TensorTree
+    opt_state: AdamState | SGDState
+    step: int
+
+
+@dataclass(frozen=True)
+class MAP:
+    """``θ ← θ + optimizer_update(∇ℓ(θ))`` with ``ℓ = -value/N``."""
+
+    problem: Problem
+    lr: float | Schedule = 1e-3
+    optimizer: str = "adam"
+    momentum: float = 0.9
+    name: str = "map"
+    kind: str = "optimizer"
+
+    def __post_init__(self) -> None:
+        kwargs: dict[str, Any] = {"momentum": self.momentum} if self.optimizer == "sgd" else {}
+        object.__setattr__(self, "_opt", make_optimizer(self.optimizer, **kwargs))
+
+    def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> MAPState:
+        if params is None:
+            params = self.problem.init_params(generator)
+        params = detach_clone(params)
+        return MAPState(params=params, opt_state=self._opt.init(params), step=0)
+
+    def step(self, state: MAPState, batch: Batch) -> tuple[MAPState, Info]:
+        value, score = self.problem.value_and_score(state.params, batch)
+        n = self.problem.num_data
+        grads = tree_map(lambda s: -s / n, score)
+        updates, opt_state = self._opt.update(
+            grads, state.opt_state, state.params, resolve(self.lr, state.step)
+        )
+        params = tree_map(lambda p, u: p + u, state.params, updates)
+        return MAPState(params=params, opt_state=opt_state, step=state.step + 1), {
+            "log_prob": value
+        }
+
+    def params(self, state: MAPState) -> TensorTree:
+        return state.params
+
+
+def build(
+    problem: Problem,
+    lr: float | Schedule = 1e-3,
+    optimizer: str = "adam",
+    momentum: float = 0.9,
+) -> MAP:
+    """MAP with ``optimizer`` in {"adam", "sgd"} (``momentum`` is used by SGD only)."""
+    return MAP(problem, lr=lr, optimizer=optimizer, momentum=momentum)
+
+
+__all__ = ["MAP", "MAPState", "build"]

@@ -1,0 +1,226 @@
+"""A Bayesian neural network posterior with a minibatch score oracle.
+
+The target density, with N training points, a minibatch B of size |B| and the
+temperature T (``docs/conventions.md``)::
+
+    log π_T(θ | D) = (1/T) [ Σ_{i=1}^N log p(y_i | x_i, θ) + log p(θ) ] + const
+    value(θ, B)    = (1/T) [ (N/|B|) Σ_{i∈B} log p(y_i | x_i, θ) + log p(θ) ]
+    score(θ, B)    = ∇_θ value(θ, B)
+
+``value`` and ``score`` are unbiased for the full-data quantities. Algorithms that
+want per-datum scales divide by N themselves.
+
+Parameters: only the selected (``bayesian=``) parameters and the likelihood's own
+parameters are random; they are passed around as a ``dict[str, Tensor]``. All other
+parameters and all buffers are held fixed at their values when the model was built.
+
+Buffers (BatchNorm statistics): ``buffers="frozen"`` (default) puts the module in
+eval mode; normalisation layers use their stored statistics, dropout is off, and no
+buffer ever changes. ``buffers="batch_stats"`` runs in train mode (batch statistics)
+on a copy of the buffers, so stored statistics still never change. Prefer
+normalisation without batch statistics (FRN, LayerNorm) for samplers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from .likelihoods import PREFIX, Likelihood, make_likelihood
+from .oracles import functional_value_and_score, module_value_and_score
+from .priors import IsotropicGaussian, make_prior
+from .select import Selection, select_parameters
+
+Params = dict[str, Tensor]
+
+
+class BayesianModel:
+    """A network posterior ``π(θ | D) ∝ p(θ) Π p(y_i | x_i, θ)`` (tempered by ``1/T``).
+
+    Args:
+        module: any ``nn.Module`` mapping inputs to outputs (logits, means, ...).
+        likelihood: ``"categorical"``, ``"bernoulli"``, ``"gaussian"`` or a
+            :class:`~bdlkit.problems.likelihoods.Likelihood`.
+        prior: the prior std σ0 of an isotropic Gaussian, or an
+            :class:`~bdlkit.problems.priors.IsotropicGaussian` (e.g. with
+            ``mean="init"`` for pretrained weights).
+        num_data: N, the number of training examples the likelihood is scaled to.
+        temperature: T > 0; T < 1 gives a cold posterior.
+        bayesian: which parameters are random (see :mod:`bdlkit.problems.select`).
+        buffers: ``"frozen"`` or ``"batch_stats"`` (module docstring).
+        oracle: ``"functional"`` (torch.func, default) or ``"module"`` (writes θ into
+            the module and calls ``backward()``; for huge or distributed models).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        likelihood: str | Likelihood = "categorical",
+        prior: float | IsotropicGaussian = 1.0,
+        num_data: int | None = None,
+        temperature: float = 1.0,
+        bayesian: Selection = "all",
+        *,
+        buffers: Literal["frozen", "batch_stats"] = "frozen",
+        oracle: Literal["functional", "module"] = "functional",
+    ) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if num_data is None or int(num_data) != num_data or num_data < 1:
+            raise ValueError(f"num_data must be a positive integer (N), got {num_data!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if buffers not in ("frozen", "batch_stats"):
+            raise ValueError(f"buffers must be 'frozen' or 'batch_stats', got {buffers!r}")
+        if oracle not in ("functional", "module"):
+            raise ValueError(f"oracle must be 'functional' or 'module', got {oracle!r}")
+        self.module = module
+        self.likelihood = make_likelihood(likelihood)
+        self.prior = make_prior(prior)
+        self.num_data = int(num_data)
+        self.temperature = float(temperature)
+        self.buffers = buffers
+        self.oracle = oracle
+        self.bayesian_names = select_parameters(module, bayesian)
+        module.train(buffers == "batch_stats")
+        named = dict(module.named_parameters())
+        self.fixed: Params = {
+            n: p.detach() for n, p in named.items() if n not in set(self.bayesian_names)
+        }
+        self.buffer_values: Params = {n: b.detach() for n, b in module.named_buffers()}
+        self._initial = self._snapshot()
+        self.prior.bind(self._initial)
+
+    def __repr__(self) -> str:
+        return (
+            f"BayesianModel({type(self.module).__name__}, likelihood={self.likelihood!r}, "
+            f"prior={self.prior!r}, num_data={self.num_data}, temperature={self.temperature}, "
+            f"bayesian={len(self.bayesian_names)} tensors / {self.num_params} values)"
+        )
+
+    # ----------------------------------------------------------------- parameters
+    def _snapshot(self) -> Params:
+        named = dict(self.module.named_parameters())
+        params = {n: named[n].detach().clone() for n in self.bayesian_names}
+        dtype = next(iter(params.values())).dtype
+        params.update(self.likelihood.init_params(dtype))
+        return params
+
+    @property
+    def num_params(self) -> int:
+        return sum(t.numel() for t in self._initial.values())
+
+    def init_params(self, generator: torch.Generator | None = None) -> Params:
+        """The Bayesian parameters' values when the model was built (a fresh copy)."""
+        return {k: v.clone() for k, v in self._initial.items()}
+
+    @staticmethod
+    def split(params: Params) -> tuple[Params, Params]:
+        """Split into network parameters and likelihood parameters."""
+        net = {k: v for k, v in params.items() if not k.startswith(PREFIX)}
+        lik = {k: v for k, v in params.items() if k.startswith(PREFIX)}
+        return net, lik
+
+    # ----------------------------------------------------------------- densities
+    def forward(self, params: Params, x: Tensor) -> Tensor:
+        """Network outputs at ``params`` (functional; the module is not modified)."""
+        net, _ = self.split(params)
+        buffers = self.buffer_values
+        if self.buffers == "batch_stats":
+            buffers = {k: v.clone() for k, v in buffers.items()}
+        return torch.func.functional_call(self.module, {**self.fixed, **buffers, **net}, (x,))
+
+    def log_likelihood(self, params: Params, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Per-example ``log p(y_i | x_i, θ)``, shape ``(|B|,)``."""
+        x, y = batch
+        _, lik = self.split(params)
+        return self.likelihood.log_prob(self.forward(params, x), y, lik)
+
+    def log_prior(self, params: Params) -> Tensor:
+        return self.prior.log_prob(params)
+
+    def combine(self, sum_loglik: Tensor, batch_size: int, log_prior: Tensor) -> Tensor:
+        """The minibatch convention: ``(1/T)[(N/|B|)·Σ loglik + log prior]``."""
+        return (self.num_data / batch_size * sum_loglik + log_prior) / self.temperature
+
+    def log_posterior(self, params: Params, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Unbiased minibatch estimate of ``log π_T(θ | D)`` (up to a constant)."""
+        loglik = self.log_likelihood(params, batch)
+        return self.combine(loglik.sum(), loglik.shape[0], self.log_prior(params))
+
+    def value_and_score(
+        self, params: Params, batch: tuple[Tensor, Tensor]
+    ) -> tuple[Tensor, Params]:
+        """``(log_posterior, ∇ log_posterior)`` with the configured oracle."""
+        if self.oracle == "module":
+            return module_value_and_score(self, params, batch)
+        return functional_value_and_score(self.log_posterior, params, batch)
+
+    # ----------------------------------------------------------------- prediction
+    @torch.no_grad()
+    def predictive(self, params: Params, x: Tensor) -> Any:
+        """Predictive distribution of one draw: class probabilities or mean/variance."""
+        _, lik = self.split(params)
+        return self.likelihood.predictive(self.forward(params, x), lik)
+
+    # ----------------------------------------------------------------- validation
+    def validate_data(self, data: Any) -> None:
+        """Check inputs and targets before any training step; raise ``ValueError``.
+
+        ``data`` is a :class:`~bdlkit.data.Dataset`, an ``(x, y)`` pair of tensors or a
+        ``DataLoader`` (then its first batch is checked).
+        """
+        x, y = _as_pair(data)
+        if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+            raise ValueError(f"data must hold tensors, got {type(x).__name__}, {type(y).__name__}")
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(
+                f"inputs and targets disagree in length: x has {x.shape[0]} rows, y has "
+                f"{y.shape[0]}"
+            )
+        if x.shape[0] == 0:
+            raise ValueError("the training data is empty")
+        if not x.dtype.is_floating_point:
+            raise ValueError(
+                f"inputs must be floating point, got {x.dtype}; convert with x.float()"
+            )
+        _check_finite("inputs x", x)
+        if y.dtype.is_floating_point:
+            _check_finite("targets y", y)
+        dtype = next(iter(self._initial.values())).dtype
+        if x.dtype != dtype:
+            raise ValueError(f"inputs are {x.dtype} but the model's parameters are {dtype}")
+        try:
+            outputs = self.forward(self._initial, x[:2])
+        except RuntimeError as err:
+            raise ValueError(
+                f"the network cannot take inputs of shape {tuple(x.shape[1:])} per example: {err}"
+            ) from err
+        # every target is checked against the output shape of one example (cheap)
+        self.likelihood.check_targets(y, outputs[:1].expand(y.shape[0], *outputs.shape[1:]))
+
+
+def _as_pair(data: Any) -> tuple[Any, Any]:
+    if data is None:
+        raise ValueError("a BayesianModel needs training data: pass data=(x, y) or a Dataset")
+    if hasattr(data, "x_train") and hasattr(data, "y_train"):
+        return data.x_train, data.y_train
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        return data[0], data[1]
+    if isinstance(data, torch.utils.data.DataLoader):
+        return _as_pair(next(iter(data)))
+    raise ValueError(
+        f"cannot read training data from {type(data).__name__}; pass (x, y), a Dataset or a DataLoader"
+    )
+
+
+def _check_finite(what: str, t: Tensor) -> None:
+    bad = ~torch.isfinite(t.reshape(t.shape[0], -1)).all(-1)
+    if bad.any():
+        rows = bad.nonzero().flatten()[:5].tolist()
+        raise ValueError(
+            f"{what} contain NaN or inf in {int(bad.sum())} rows (first: {rows}); "
+            "clean or impute them before inference"
+        )

@@ -1,0 +1,202 @@
+"""Observation models p(y | f(x; θ)) for network posteriors.
+
+Each likelihood turns network outputs into per-example log likelihoods, checks
+labels before training, and gives the per-draw predictive used by Bayesian model
+averaging. A likelihood may own extra parameters (the learned Gaussian noise); they
+are inferred with the network weights under the names ``likelihood.<name>``.
+
+Supported: :class:`Categorical` (logits ``(B, C)``), :class:`Bernoulli` (logits
+``(B,)`` or ``(B, 1)``), :class:`Gaussian` with fixed, learned or heteroscedastic
+noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+PREFIX = "likelihood."
+
+
+class GaussianPredictive(NamedTuple):
+    """Predictive mean and variance (aleatoric + epistemic after BMA)."""
+
+    mean: Tensor
+    var: Tensor
+
+
+class Likelihood:
+    """Base class: ``log_prob(outputs, y, lik_params) -> (B,)``."""
+
+    name = "likelihood"
+    task = "regression"
+
+    def init_params(self, dtype: torch.dtype) -> dict[str, Tensor]:
+        """Initial values of the likelihood's own parameters (none by default)."""
+        return {}
+
+    def log_prob(self, outputs: Tensor, y: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]):
+        """Predictive distribution of one parameter draw."""
+        raise NotImplementedError
+
+    def check_targets(self, y: Tensor, outputs: Tensor) -> None:
+        """Raise ``ValueError`` if ``y`` cannot be scored against ``outputs``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Categorical(Likelihood):
+    """``log p(y | f) = log_softmax(f)_y`` for integer labels ``y`` in ``[0, C)``."""
+
+    name = "categorical"
+    task = "classification"
+
+    def log_prob(self, outputs: Tensor, y: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        return -F.cross_entropy(outputs, y, reduction="none")
+
+    def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        return outputs.softmax(-1)
+
+    def check_targets(self, y: Tensor, outputs: Tensor) -> None:
+        if y.dtype.is_floating_point or y.dtype == torch.bool:
+            raise ValueError(
+                f"categorical likelihood needs integer class labels, got dtype {y.dtype}; "
+                "convert with y.long()"
+            )
+        if y.ndim != 1:
+            raise ValueError(f"class labels must have shape (n,), got {tuple(y.shape)}")
+        if outputs.ndim != 2:
+            raise ValueError(
+                f"categorical likelihood needs logits of shape (n, num_classes), "
+                f"the network returned {tuple(outputs.shape)}"
+            )
+        num_classes = outputs.shape[-1]
+        bad = (y < 0) | (y >= num_classes)
+        if bad.any():
+            raise ValueError(
+                f"labels must be in [0, {num_classes}) (the network has {num_classes} outputs); "
+                f"found {int(bad.sum())} out of range, e.g. {y[bad][:5].tolist()}. "
+                "Fix the labels or the network's output size"
+            )
+
+
+class Bernoulli(Likelihood):
+    """``log p(y | f) = y log σ(f) + (1 - y) log σ(-f)`` for labels in {0, 1}."""
+
+    name = "bernoulli"
+    task = "classification"
+
+    def log_prob(self, outputs: Tensor, y: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        logits = outputs.reshape(y.shape)
+        return -F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype), reduction="none")
+
+    def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        return torch.sigmoid(outputs.reshape(outputs.shape[0]))
+
+    def check_targets(self, y: Tensor, outputs: Tensor) -> None:
+        if y.ndim != 1 or outputs.numel() != y.numel():
+            raise ValueError(
+                f"bernoulli likelihood needs labels (n,) and one logit per example; got labels "
+                f"{tuple(y.shape)} and outputs {tuple(outputs.shape)}"
+            )
+        bad = (y != 0) & (y != 1)
+        if bad.any():
+            raise ValueError(
+                f"bernoulli labels must be 0 or 1; found {int(bad.sum())} other values, "
+                f"e.g. {y[bad][:5].tolist()}"
+            )
+
+
+class Gaussian(Likelihood):
+    """``y ~ N(f(x), σ²)``, summed over output dimensions.
+
+    Args:
+        noise: the noise std σ (fixed), or its initial value when ``learn_noise``.
+        learn_noise: infer ``log σ`` as the parameter ``likelihood.log_noise``.
+        heteroscedastic: the network outputs ``2k`` values, mean ``f[:, :k]`` and
+            ``σ = softplus(f[:, k:]) + min_noise``.
+    """
+
+    name = "gaussian"
+    task = "regression"
+
+    def __init__(
+        self,
+        noise: float = 1.0,
+        *,
+        learn_noise: bool = False,
+        heteroscedastic: bool = False,
+        min_noise: float = 1e-6,
+    ) -> None:
+        if noise <= 0:
+            raise ValueError(f"noise must be > 0, got {noise}")
+        if learn_noise and heteroscedastic:
+            raise ValueError("choose learn_noise or heteroscedastic, not both")
+        self.noise = float(noise)
+        self.learn_noise = learn_noise
+        self.heteroscedastic = heteroscedastic
+        self.min_noise = min_noise
+
+    def __repr__(self) -> str:
+        mode = (
+            "heteroscedastic"
+            if self.heteroscedastic
+            else "learned"
+            if self.learn_noise
+            else "fixed"
+        )
+        return f"Gaussian(noise={self.noise}, mode={mode})"
+
+    def init_params(self, dtype: torch.dtype) -> dict[str, Tensor]:
+        if self.learn_noise:
+            return {PREFIX + "log_noise": torch.tensor(math.log(self.noise), dtype=dtype)}
+        return {}
+
+    def _mean_std(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        if self.heteroscedastic:
+            k = outputs.shape[-1] // 2
+            mean, raw = outputs[..., :k], outputs[..., k:]
+            return mean, F.softplus(raw) + self.min_noise
+        if self.learn_noise:
+            return outputs, lik_params[PREFIX + "log_noise"].exp().expand_as(outputs)
+        return outputs, torch.full_like(outputs, self.noise)
+
+    def log_prob(self, outputs: Tensor, y: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        mean, std = self._mean_std(outputs, lik_params)
+        mean, std = mean.reshape(y.shape), std.reshape(y.shape)
+        z = (y - mean) / std
+        lp = -0.5 * z**2 - std.log() - 0.5 * math.log(2 * math.pi)
+        return lp.reshape(y.shape[0], -1).sum(-1)
+
+    def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> GaussianPredictive:
+        mean, std = self._mean_std(outputs, lik_params)
+        return GaussianPredictive(mean, std**2)
+
+    def check_targets(self, y: Tensor, outputs: Tensor) -> None:
+        if not y.dtype.is_floating_point:
+            raise ValueError(f"gaussian likelihood needs float targets, got dtype {y.dtype}")
+        per_example = outputs[0].numel() // (2 if self.heteroscedastic else 1)
+        if outputs.shape[0] != y.shape[0] or per_example != y[0].numel():
+            raise ValueError(
+                f"targets of shape {tuple(y.shape)} do not match network outputs "
+                f"{tuple(outputs.shape)}"
+                + (" (heteroscedastic: 2 outputs per target)" if self.heteroscedastic else "")
+            )
+
+
+def make_likelihood(spec: str | Likelihood) -> Likelihood:
+    """A likelihood from a name (``categorical``, ``bernoulli``, ``gaussian``) or instance."""
+    if isinstance(spec, Likelihood):
+        return spec
+    table = {"categorical": Categorical, "bernoulli": Bernoulli, "gaussian": Gaussian}
+    if spec not in table:
+        raise ValueError(f"unknown likelihood {spec!r}; valid: {sorted(table)} or a Likelihood")
+    return table[spec]()

@@ -1,0 +1,72 @@
+"""Which network parameters are Bayesian.
+
+``bayesian=`` accepts:
+
+- ``"all"``: every parameter;
+- ``"last_layer"``: the parameters of the last module (in registration order) that
+  owns parameters directly;
+- a list of names or ``fnmatch`` patterns (``["fc.*", "head.weight"]``); a name also
+  selects everything below it (``"layer3"`` selects ``layer3.0.conv1.weight``);
+- a module type or tuple of types (``nn.Linear``): parameters owned by such modules;
+- a callable ``(name, parameter) -> bool``.
+
+Unselected parameters stay deterministic at their current values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+from torch import Tensor, nn
+
+Selection = str | Sequence[str] | type | tuple[type, ...] | Callable[[str, Tensor], bool]
+
+
+def _owned(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in module.named_modules() if any(True for _ in m.parameters(False))]
+
+
+def select_parameters(module: nn.Module, bayesian: Selection = "all") -> list[str]:
+    """Names (as in ``module.named_parameters()``) of the Bayesian parameters."""
+    names = [n for n, _ in module.named_parameters()]
+    if not names:
+        raise ValueError("the module has no parameters")
+    chosen: list[str]
+    if isinstance(bayesian, str) and bayesian == "all":
+        chosen = names
+    elif isinstance(bayesian, str) and bayesian == "last_layer":
+        prefix, last = _owned(module)[-1]
+        chosen = [f"{prefix}.{n}" if prefix else n for n, _ in last.named_parameters(recurse=False)]
+    elif isinstance(bayesian, type) or (
+        isinstance(bayesian, tuple) and all(isinstance(t, type) for t in bayesian)
+    ):
+        chosen = [
+            f"{prefix}.{n}" if prefix else n
+            for prefix, m in _owned(module)
+            if isinstance(m, bayesian)
+            for n, _ in m.named_parameters(recurse=False)
+        ]
+    elif callable(bayesian):
+        params = dict(module.named_parameters())
+        chosen = [n for n in names if bayesian(n, params[n])]
+    elif isinstance(bayesian, Sequence) and not isinstance(bayesian, str):
+        chosen = [n for n in names if any(_matches(n, p) for p in bayesian)]
+        unused = [p for p in bayesian if not any(_matches(n, p) for n in names)]
+        if unused:
+            raise ValueError(
+                f"bayesian= patterns {unused} match no parameter; names look like {names[:4]}"
+            )
+    else:
+        raise ValueError(
+            f"bayesian= must be 'all', 'last_layer', a list of names/patterns, module type(s) "
+            f"or a callable, got {bayesian!r}"
+        )
+    if not chosen:
+        raise ValueError(f"bayesian={bayesian!r} selects no parameter; names look like {names[:4]}")
+    return chosen
+
+
+def _matches(name: str, pattern: Any) -> bool:
+    return name == pattern or name.startswith(f"{pattern}.") or fnmatchcase(name, pattern)

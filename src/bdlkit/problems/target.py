@@ -1,0 +1,131 @@
+"""Unnormalised log densities on R^d: the simplest inference problem.
+
+A :class:`Target` wraps a batched log density ``log_prob: (n, d) -> (n,)``. Its
+score comes from ``torch.func`` (no hand-written gradients). Algorithms see a
+Target through the same oracle signature as a network posterior::
+
+    value, score = target.value_and_score(theta, batch=None)
+
+``theta`` may be one point ``(d,)`` or a stack of independent chains ``(c, d)``;
+``value`` is then the sum over chains and ``score`` has the shape of ``theta``,
+so one algorithm step advances every chain at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LogProb = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What is known exactly about a target, for evaluation.
+
+    Attributes:
+        mean: exact mean, shape ``(d,)``, or ``None``.
+        cov: exact covariance, shape ``(d, d)``, or ``None``.
+        draws: exact or gold-standard draws, shape ``(n, d)``, or ``None``.
+    """
+
+    mean: Tensor | None = None
+    cov: Tensor | None = None
+    draws: Tensor | None = None
+
+    @property
+    def std(self) -> Tensor | None:
+        if self.cov is not None:
+            return self.cov.diagonal().sqrt()
+        if self.draws is not None:
+            return self.draws.std(0)
+        return None
+
+
+class Target:
+    """An unnormalised log density on R^d.
+
+    Args:
+        log_prob: maps a batch ``(n, d)`` to log densities ``(n,)``. It must be
+            differentiable with ``torch.func`` (plain torch ops are).
+        dim: the dimension d.
+        name: a label used in reports.
+        reference: exact moments or reference draws, if known.
+        init_scale: scale of the default random initialisation ``N(0, init_scale^2 I)``.
+        dtype: dtype of initial points (float32 by default, float64 for tight tests).
+    """
+
+    num_data: int = 1
+    temperature: float = 1.0
+
+    def __init__(
+        self,
+        log_prob: LogProb,
+        dim: int,
+        name: str | None = None,
+        *,
+        reference: Reference | None = None,
+        init_scale: float = 1.0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if not callable(log_prob):
+            raise TypeError(f"log_prob must be callable, got {type(log_prob).__name__}")
+        if int(dim) != dim or dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        self.log_prob_fn = log_prob
+        self.dim = int(dim)
+        self.name = name or "target"
+        self.reference = reference or Reference()
+        self.init_scale = float(init_scale)
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"Target(name={self.name!r}, dim={self.dim})"
+
+    def log_prob(self, theta: Tensor) -> Tensor:
+        """Log density of ``theta`` of shape ``(d,)`` or ``(n, d)``; returns ``()`` or ``(n,)``."""
+        self._check_theta(theta)
+        flat = theta.reshape(-1, self.dim)
+        out = self.log_prob_fn(flat)
+        if out.shape != (flat.shape[0],):
+            raise ValueError(
+                f"Target {self.name!r}: log_prob must map (n, {self.dim}) to (n,), "
+                f"got output shape {tuple(out.shape)} for input {tuple(flat.shape)}"
+            )
+        return out.reshape(theta.shape[:-1])
+
+    def value_and_score(self, theta: Tensor, batch: object = None) -> tuple[Tensor, Tensor]:
+        """Summed log density and its gradient (the score); ``batch`` is ignored."""
+        del batch
+        self._check_theta(theta)
+        with torch.enable_grad():
+            score, value = torch.func.grad_and_value(lambda t: self.log_prob(t).sum())(theta)
+        return value.detach(), score.detach()
+
+    def score(self, theta: Tensor) -> Tensor:
+        """Gradient of ``log_prob`` at each row of ``theta``."""
+        return self.value_and_score(theta)[1]
+
+    def init_params(self, generator: torch.Generator, chains: int | None = None) -> Tensor:
+        """Random starting point(s): ``(d,)``, or ``(chains, d)`` when ``chains`` is given."""
+        shape = (self.dim,) if chains is None else (chains, self.dim)
+        return self.init_scale * torch.randn(shape, generator=generator, dtype=self.dtype)
+
+    def validate_data(self, data: object) -> None:
+        """Targets take no data; passing some is a mistake worth reporting."""
+        if data is not None:
+            raise ValueError(
+                f"Target {self.name!r} has no data; drop data=... (it is only for BayesianModel)"
+            )
+
+    def _check_theta(self, theta: Tensor) -> None:
+        if not isinstance(theta, Tensor):
+            raise TypeError(f"theta must be a torch.Tensor, got {type(theta).__name__}")
+        if theta.ndim not in (1, 2) or theta.shape[-1] != self.dim:
+            raise ValueError(
+                f"Target {self.name!r} has dim={self.dim}: theta must have shape "
+                f"({self.dim},) or (n, {self.dim}), got {tuple(theta.shape)}"
+            )

@@ -1,0 +1,212 @@
+"""The outcome of :func:`bdlkit.infer`: samples or an approximation, and predictions.
+
+``Result.sample(n)`` returns draws from what was inferred: the last ``n`` kept draws
+of a sampler, ``n`` draws of a VI approximation, or the point estimate repeated for
+an optimiser. ``Result.predict(x)`` is the Bayesian model average over draws::
+
+    p(y | x, D) ≈ (1/S) Σ_s p(y | x, θ_s)
+
+returned as class probabilities, or for a Gaussian likelihood as the mixture's mean
+and variance (``Var = mean_s(σ_s² + μ_s²) - (mean_s μ_s)²``). ``save``/``load``
+write JSON and safetensors only (no pickle), atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import rng
+from .algorithms import get_method
+from .problems import BayesianModel, GaussianPredictive
+from .serialization import (
+    load_json,
+    load_tensors,
+    save_json,
+    save_tensors,
+    state_from_tensors,
+    state_to_tensors,
+)
+from .tree import TensorTree, index, tree_map
+from .types import Algorithm, Problem
+
+FORMAT_VERSION = 1
+
+
+class Result:
+    """Samples, final state and history of one inference run."""
+
+    def __init__(
+        self,
+        problem: Problem | None,
+        algorithm: Algorithm | None,
+        state: Any,
+        samples: TensorTree | None,
+        history: list[dict[str, float]],
+        config: dict[str, Any],
+    ) -> None:
+        self.problem = problem
+        self.algorithm = algorithm
+        self.state = state
+        self.samples = samples
+        self.history = history
+        self.config = config
+
+    @property
+    def method(self) -> str:
+        return self.config["method"]
+
+    @property
+    def kind(self) -> str:
+        return self.config["kind"]
+
+    @property
+    def num_kept(self) -> int:
+        """Number of kept sampler draws (counting each chain)."""
+        if self.samples is None:
+            return 0
+        first = (
+            next(iter(self.samples.values())) if isinstance(self.samples, dict) else self.samples
+        )
+        chains = self.config.get("chains") or 1
+        return first.shape[0] * chains
+
+    def __repr__(self) -> str:
+        return (
+            f"Result(method={self.method!r}, steps={self.config.get('steps')}, "
+            f"kept={self.num_kept}, problem={self.problem!r})"
+        )
+
+    @property
+    def params(self) -> TensorTree:
+        """The final point: chain position, optimum or variational mean."""
+        if self.algorithm is None or self.state is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        return self.algorithm.params(self.state)
+
+    # ------------------------------------------------------------------ draws
+    def sample(self, n: int, generator: torch.Generator | int | None = None) -> TensorTree:
+        """``n`` draws: a ``(n, d)`` tensor for a Target, a dict of ``(n, ...)`` for a model."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if self.kind == "sampler":
+            return self._last_kept(n)
+        if self.kind == "vi":
+            gen = (
+                rng.generator(generator or 0)
+                if not isinstance(generator, torch.Generator)
+                else generator
+            )
+            return self.algorithm.approximation(self.state).sample(n, gen)
+        return tree_map(lambda t: t.unsqueeze(0).expand(n, *t.shape), self.params)
+
+    def _last_kept(self, n: int) -> TensorTree:
+        if self.samples is None:
+            raise ValueError("no samples were kept: increase steps or lower burnin/thin")
+        have = self.num_kept
+        if n > have:
+            raise ValueError(
+                f"asked for {n} samples but only {have} were kept; run more steps, lower "
+                "thin or burnin, or use more chains"
+            )
+        if self.config.get("chains"):  # Target with chains: (K, c, d) -> (K*c, d), draw-major
+            flat = self.samples.reshape(-1, self.samples.shape[-1])
+            return flat[-n:]
+        return index(self.samples, slice(-n, None))
+
+    # ------------------------------------------------------------------ prediction
+    @torch.no_grad()
+    def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
+        """Bayesian model average at inputs ``x`` (see the module docstring).
+
+        ``num_samples`` draws are used for VI (kept samples for samplers, the point
+        for optimisers). Inputs are processed in chunks of ``chunk_size``.
+        """
+        if not isinstance(self.problem, BayesianModel):
+            raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
+        draws = self._draws_for_prediction(num_samples)
+        outs = [self._bma(draws, x[i : i + chunk_size]) for i in range(0, len(x), chunk_size)]
+        if isinstance(outs[0], GaussianPredictive):
+            return GaussianPredictive(
+                torch.cat([o.mean for o in outs]), torch.cat([o.var for o in outs])
+            )
+        return torch.cat(outs)
+
+    def _draws_for_prediction(self, num_samples: int) -> TensorTree:
+        if self.kind == "sampler":
+            return self._last_kept(self.num_kept)
+        if self.kind == "vi":
+            return self.sample(num_samples)
+        return tree_map(lambda t: t.unsqueeze(0), self.params)
+
+    def _bma(self, draws: dict[str, Tensor], x: Tensor) -> Any:
+        count = next(iter(draws.values())).shape[0]
+        total: Any = None
+        for s in range(count):
+            pred = self.problem.predictive(index(draws, s), x)
+            if isinstance(pred, GaussianPredictive):
+                pred = GaussianPredictive(pred.mean, pred.var + pred.mean**2)
+                total = (
+                    pred
+                    if total is None
+                    else GaussianPredictive(total.mean + pred.mean, total.var + pred.var)
+                )
+            else:
+                total = pred if total is None else total + pred
+        if isinstance(total, GaussianPredictive):
+            mean = total.mean / count
+            return GaussianPredictive(mean, (total.var / count - mean**2).clamp_min(0))
+        return total / count
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``result.json``, ``state.safetensors`` and ``samples.safetensors`` under ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        if self.state is not None:
+            save_tensors(path / "state.safetensors", state_to_tensors(self.state))
+        if self.samples is not None:
+            samples = self.samples if isinstance(self.samples, dict) else {"_": self.samples}
+            save_tensors(path / "samples.safetensors", samples)
+        save_json(
+            path / "result.json",
+            {"format": FORMAT_VERSION, "config": self.config, "history": self.history},
+        )
+        return path
+
+
+def load(path: str | os.PathLike, problem: Problem | None = None) -> Result:
+    """Read a :meth:`Result.save` folder without unpickling anything.
+
+    Without ``problem`` the result holds samples and history only; pass the same
+    problem (e.g. the same ``BayesianModel``) to restore the algorithm state and use
+    ``predict``.
+    """
+    path = Path(path)
+    meta = load_json(path / "result.json")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{path / 'result.json'} is not a bdlkit result (format {FORMAT_VERSION})")
+    config = meta["config"]
+    samples = None
+    if (path / "samples.safetensors").exists():
+        tensors = load_tensors(path / "samples.safetensors")
+        samples = tensors["_"] if set(tensors) == {"_"} else tensors
+    algorithm = state = None
+    if problem is not None:
+        if not config.get("hyper_serializable", True):
+            raise ValueError(
+                f"{path} was run with non-serialisable hyperparameters ({config['hyper']}); "
+                "rebuild the algorithm yourself and load state.safetensors with "
+                "bdlkit.serialization.state_from_tensors"
+            )
+        algorithm = get_method(config["method"]).build(problem, **config["hyper"])
+        gen = rng.generator(0)
+        chains = config.get("chains")
+        init = problem.init_params(gen, chains) if chains else problem.init_params(gen)
+        template = algorithm.init(init, generator=gen)
+        state = state_from_tensors(template, load_tensors(path / "state.safetensors"))
+    return Result(problem, algorithm, state, samples, meta.get("history", []), config)

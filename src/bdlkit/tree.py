@@ -1,0 +1,112 @@
+"""Pytree utilities on top of optree, and frozen dataclass states.
+
+Parameters in bdlkit are pytrees of tensors (a single tensor for a :class:`Target`,
+a ``dict[str, Tensor]`` for a network). Algorithms manipulate them only through
+these few functions, so every algorithm works for both.
+
+``pytree_dataclass`` turns a class into a frozen dataclass registered with optree
+(namespace ``"bdlkit"``), so states can be flattened for checkpoints, mapped over
+and compared leaf by leaf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import optree
+import torch
+from torch import Tensor
+
+TensorTree = Any  # a pytree whose leaves are tensors
+NAMESPACE = "bdlkit"
+T = TypeVar("T")
+
+
+def pytree_dataclass(cls: type[T]) -> type[T]:
+    """Make ``cls`` a frozen dataclass and register it as an optree node.
+
+    Every field is a child of the node, so ``tree_flatten(state)`` yields all the
+    tensors (and Python scalars) the state holds.
+    """
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    names = tuple(f.name for f in dataclasses.fields(cls))
+
+    def flatten(obj: Any) -> tuple[tuple[Any, ...], None, tuple[str, ...]]:
+        return tuple(getattr(obj, n) for n in names), None, names
+
+    def unflatten(_: None, children: tuple[Any, ...]) -> Any:
+        return cls(**dict(zip(names, children)))
+
+    optree.register_pytree_node(cls, flatten, unflatten, namespace=NAMESPACE)
+    return cls
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """``optree.tree_map`` in bdlkit's namespace (``None`` is a leaf-less node)."""
+    return optree.tree_map(fn, tree, *rest, namespace=NAMESPACE)
+
+
+def tree_leaves(tree: Any) -> list[Any]:
+    return optree.tree_leaves(tree, namespace=NAMESPACE)
+
+
+def tree_flatten_with_path(tree: Any) -> tuple[list[str], list[Any], Any]:
+    """Leaves with dotted string paths (for file keys) and the treespec."""
+    paths, leaves, spec = optree.tree_flatten_with_path(tree, namespace=NAMESPACE)
+    return [".".join(str(p) for p in path) for path in paths], leaves, spec
+
+
+def tree_unflatten(spec: Any, leaves: list[Any]) -> Any:
+    return optree.tree_unflatten(spec, leaves)
+
+
+def axpy(alpha: float | Tensor, x: TensorTree, y: TensorTree) -> TensorTree:
+    """``alpha * x + y`` leaf by leaf."""
+    return tree_map(lambda a, b: b + alpha * a, x, y)
+
+
+def scale(alpha: float | Tensor, x: TensorTree) -> TensorTree:
+    return tree_map(lambda a: alpha * a, x)
+
+
+def randn_like(tree: TensorTree, generator: torch.Generator) -> TensorTree:
+    """Standard normal noise with the structure, shapes and dtypes of ``tree``."""
+    return tree_map(
+        lambda t: torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device), tree
+    )
+
+
+def zeros_like(tree: TensorTree) -> TensorTree:
+    return tree_map(torch.zeros_like, tree)
+
+
+def detach_clone(tree: TensorTree) -> TensorTree:
+    return tree_map(lambda t: t.detach().clone(), tree)
+
+
+def all_finite(tree: TensorTree) -> bool:
+    """True if every floating leaf is free of NaN and inf (one host sync)."""
+    flags = [torch.isfinite(t).all() for t in tree_leaves(tree) if torch.is_floating_point(t)]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+def ravel(tree: TensorTree) -> Tensor:
+    """Concatenate all leaves into one flat vector (order of ``tree_leaves``)."""
+    leaves = tree_leaves(tree)
+    return torch.cat([t.reshape(-1) for t in leaves]) if leaves else torch.zeros(0)
+
+
+def num_elements(tree: TensorTree) -> int:
+    return sum(t.numel() for t in tree_leaves(tree))
+
+
+def stack(trees: list[TensorTree]) -> TensorTree:
+    """Stack a list of same-shaped trees along a new leading axis."""
+    return tree_map(lambda *ts: torch.stack(ts), trees[0], *trees[1:])
+
+
+def index(tree: TensorTree, i: int | slice | Tensor) -> TensorTree:
+    """Index every leaf along its leading axis."""
+    return tree_map(lambda t: t[i], tree)

@@ -1,0 +1,50 @@
+import pytest
+import torch
+
+import bdlkit
+
+
+def gaussian_target():
+    return bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=3, dtype=torch.float64)
+
+
+def test_score_is_the_analytic_gradient():
+    t = gaussian_target()
+    theta = torch.randn(5, 3, dtype=torch.float64)
+    value, score = t.value_and_score(theta)
+    assert torch.allclose(score, -theta)
+    assert torch.allclose(value, (-0.5 * theta**2).sum())
+    assert t.log_prob(theta[0]).shape == ()
+    assert t.log_prob(theta).shape == (5,)
+
+
+def test_init_params_shapes_and_reproducibility():
+    t = gaussian_target()
+    a = t.init_params(torch.Generator().manual_seed(1), chains=4)
+    b = t.init_params(torch.Generator().manual_seed(1), chains=4)
+    assert a.shape == (4, 3) and torch.equal(a, b)
+    assert t.init_params(torch.Generator().manual_seed(1)).shape == (3,)
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(2), torch.zeros(2, 2), torch.zeros(1, 1, 3)])
+def test_wrong_theta_shape_names_the_expected_shape(bad):
+    with pytest.raises(ValueError, match=r"dim=3"):
+        gaussian_target().log_prob(bad)
+
+
+def test_log_prob_with_wrong_output_shape_is_reported():
+    t = bdlkit.Target(lambda th: th, dim=2)
+    with pytest.raises(ValueError, match="must map"):
+        t.log_prob(torch.zeros(4, 2))
+
+
+def test_bad_construction():
+    with pytest.raises(ValueError, match="dim"):
+        bdlkit.Target(lambda th: th.sum(-1), dim=0)
+    with pytest.raises(TypeError, match="callable"):
+        bdlkit.Target("not a function", dim=2)
+
+
+def test_data_for_a_target_is_refused():
+    with pytest.raises(ValueError, match="no data"):
+        gaussian_target().validate_data((torch.zeros(2), torch.zeros(2)))
