@@ -1,0 +1,137 @@
+"""Data sets for bdlkit: one :func:`load` entry point over offline files and generators.
+
+Nothing is ever downloaded. Files are looked up under a data root (the ``root`` argument,
+``$BDLKIT_DATA``, ``./data`` or ``../shared/data``; see :mod:`bdlkit.data.roots`); a missing
+file raises :class:`DataNotFoundError` listing every path tried.
+
+Sources and split conventions (details in each module's docstring):
+
+* ``digits``: scikit-learn's embedded 8x8 digits, stratified seeded 70/30 split
+  (:mod:`.images`); the default data set of the demo.
+* ``mnist``: the shipped 10k MNIST test set, split by a seeded permutation into
+  ``train_size`` training images and the rest for testing; ``notmnist``: the OOD set
+  (test part only); ``cifar10``: a 5k/10k CIFAR-10 subset decoded from JPEG (:mod:`.images`).
+* ``uci/<name>``: nine UCI regression sets with the standard 20 (protein: 5) PBP splits,
+  standardised with training statistics (:mod:`.uci`).
+* ``ett/ETTh2``, ``exchange_rate``, ``ili``: forecasting windows with the Koopa/Autoformer
+  splits and scaling (:mod:`.timeseries`).
+* ``posteriordb/<posterior>``: posteriors with reference draws (:mod:`.posteriordb`);
+  ``synthetic/<kind>``: generated targets (:mod:`.synthetic`).
+* a path ending in ``.npz`` or ``.csv``: a user file (:mod:`.files`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .dataset import Dataset, Task, as_float, as_labels
+from .files import load_file
+from .images import load_cifar10, load_digits, load_mnist, load_notmnist, read_idx
+from .roots import DataNotFoundError, candidate_roots
+from .timeseries import forecasting_name, load_csv_series, load_forecasting
+from .uci import UCI_FOLDERS, load_uci
+
+DATASETS: dict[str, str] = {
+    "digits": "scikit-learn 8x8 digits (1797 images, 10 classes), stratified 70/30 split",
+    "mnist": "MNIST 10k test set split into train/test (seeded; default 1000 train)",
+    "notmnist": "notMNIST letters A-J (10k, test part only): the OOD set for MNIST",
+    "cifar10": "CIFAR-10 JPEG subset: 5000 train / 10000 test, 32x32x3, 10 classes",
+    "uci/boston": "UCI Boston housing (506 x 13), 20 splits; ethically problematic feature",
+    "uci/concrete": "UCI concrete compressive strength (1030 x 8), 20 splits",
+    "uci/energy": "UCI energy efficiency, heating load (768 x 8), 20 splits",
+    "uci/kin8nm": "UCI kin8nm robot-arm kinematics (8192 x 8), 20 splits",
+    "uci/naval": "UCI naval propulsion, compressor decay (11934 x 16), 20 splits",
+    "uci/power": "UCI combined-cycle power plant (9568 x 4), 20 splits",
+    "uci/protein": "UCI protein tertiary structure (45730 x 9), 5 splits",
+    "uci/wine": "UCI red wine quality (1599 x 11), 20 splits",
+    "uci/yacht": "UCI yacht hydrodynamics (308 x 6), 20 splits",
+    "ett/ETTh2": "ETTh2 hourly transformer data (17420 x 7), ETT 12/4/4-month split",
+    "exchange_rate": "daily exchange rates of 8 countries (7588 x 8), 70/10/20 split",
+    "ili": "weekly US influenza-like illness (966 x 7), 70/10/20 split",
+    "posteriordb/eight_schools-eight_schools_noncentered": "eight schools, non-centred (10 params)",
+    "posteriordb/sblrc-blr": "Bayesian linear regression, correlated betas (6 params)",
+    "posteriordb/kidiq-kidscore_momiq": "simple linear regression, kid IQ (3 params)",
+    "posteriordb/diamonds-diamonds": "ill-conditioned linear regression, diamonds (26 params)",
+    "posteriordb/arK-arK": "AR(5) time series (7 params)",
+    "posteriordb/low_dim_gauss_mix-low_dim_gauss_mix": "two-component Gaussian mixture (5)",
+    "posteriordb/wells_data-wells_dist": "logistic regression, wells (2 params, no reference draws)",
+    "synthetic/<kind>": "a generated synthetic target (see bdlkit.data.synthetic)",
+}
+
+_IMAGES = {"digits", "mnist", "notmnist", "cifar10"}
+
+
+def _unknown(name: str) -> ValueError:
+    listing = "\n".join(f"  {k:<52} {v}" for k, v in DATASETS.items())
+    return ValueError(
+        f"unknown data set {name!r}. Valid names (UCI folder names are accepted too, and "
+        f"any existing .npz/.csv path):\n{listing}"
+    )
+
+
+def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any:
+    """Load a data set by name (see :data:`DATASETS`) or from a ``.npz``/``.csv`` path.
+
+    Args:
+        name: a name from :data:`DATASETS` (case-insensitive; ``uci/<folder name>``,
+            ``etth2``, ``exchange`` and ``illness`` are accepted too) or a file path.
+        root: data root (see :mod:`bdlkit.data.roots`); ignored for generated data.
+        **kwargs: passed to the specific loader (e.g. ``split=3`` for UCI, ``horizon=24``
+            for forecasting, ``train_size=2000`` for MNIST).
+
+    Returns:
+        A :class:`Dataset`, or for ``posteriordb/...`` and ``synthetic/...`` whatever those
+        loaders return.
+    """
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"data set name must be a string or path, got {type(name).__name__}")
+    text = os.fspath(name).strip()
+    key = text.lower()
+    if key in _IMAGES:
+        if key == "digits":
+            return load_digits(**kwargs)
+        loader = {"mnist": load_mnist, "notmnist": load_notmnist, "cifar10": load_cifar10}[key]
+        return loader(root=root, **kwargs)
+    if key.startswith("uci/"):
+        return load_uci(text[4:], root=root, **kwargs)
+    if key.startswith("posteriordb/"):
+        from .posteriordb import load_posterior
+
+        return load_posterior(text[len("posteriordb/") :], root=root, **kwargs)
+    if key.startswith("synthetic/"):
+        from .synthetic import make_target
+
+        return make_target(text[len("synthetic/") :], **kwargs)
+    try:
+        canonical = forecasting_name(text)
+    except ValueError:
+        canonical = None
+    if canonical is not None:
+        return load_forecasting(canonical, root=root, **kwargs)
+    if Path(text).suffix.lower() in (".npz", ".csv"):
+        return load_file(text, **kwargs)  # a missing file raises FileNotFoundError
+    raise _unknown(text)
+
+
+__all__ = [
+    "DATASETS",
+    "DataNotFoundError",
+    "Dataset",
+    "Task",
+    "UCI_FOLDERS",
+    "as_float",
+    "as_labels",
+    "candidate_roots",
+    "load",
+    "load_cifar10",
+    "load_csv_series",
+    "load_digits",
+    "load_file",
+    "load_forecasting",
+    "load_mnist",
+    "load_notmnist",
+    "load_uci",
+    "read_idx",
+]

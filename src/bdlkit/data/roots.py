@@ -1,0 +1,66 @@
+"""Where data files are looked for, and the error raised when they are not there.
+
+Search order (first hit wins):
+
+1. the ``root`` argument (``--data-root`` on the command line): when given, it is
+   the only place searched;
+2. the ``BDLKIT_DATA`` environment variable;
+3. ``./data`` under the current directory;
+4. ``../shared/data`` next to the current directory, then next to the source
+   checkout (a development install).
+
+bdlkit never downloads data: a missing file is an error that lists every path tried.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_VAR = "BDLKIT_DATA"
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A data file was not found under any data root; the message lists the paths tried."""
+
+
+def candidate_roots(root: str | os.PathLike | None = None) -> list[Path]:
+    """The data roots searched, in order (see the module docstring)."""
+    if root is not None:
+        return [Path(root).expanduser()]
+    roots: list[Path] = []
+    env = os.environ.get(ENV_VAR)
+    if env:
+        roots.append(Path(env).expanduser())
+    cwd = Path.cwd()
+    roots += [cwd / "data", cwd.parent / "shared" / "data"]
+    checkout = Path(__file__).resolve().parents[3]  # src/bdlkit/data/roots.py -> repo root
+    roots.append(checkout.parent / "shared" / "data")
+    unique: list[Path] = []
+    for r in roots:
+        if r not in unique:
+            unique.append(r)
+    return unique
+
+
+def find(relative: str | os.PathLike, root: str | os.PathLike | None = None, *, what: str) -> Path:
+    """Return ``<data root>/<relative>`` for the first root where it exists.
+
+    Args:
+        relative: path of the file or folder below a data root.
+        root: an explicit data root (then only it is searched).
+        what: a human name for the data, used in the error message.
+
+    Raises:
+        DataNotFoundError: nothing found; the message lists every path tried and the fix.
+    """
+    tried = [r / relative for r in candidate_roots(root)]
+    for path in tried:
+        if path.exists():
+            return path
+    listing = "\n".join(f"  - {p}" for p in tried)
+    raise DataNotFoundError(
+        f"could not find {what} ({relative}). Paths tried:\n{listing}\n"
+        f"Fix: pass root=... (CLI: --data-root DIR) or set {ENV_VAR}=DIR to a folder that "
+        f"contains {relative}. bdlkit never downloads data."
+    )
