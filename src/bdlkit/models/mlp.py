@@ -1,0 +1,64 @@
+"""Fully connected network (multilayer perceptron).
+
+A plain stack of ``Linear -> activation`` layers followed by a linear output layer.
+Inputs of any trailing shape are flattened, so the same class serves tabular data
+(``in_features=d``) and images (``in_features=(c, h, w)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "silu": nn.SiLU,
+    "gelu": nn.GELU,
+}
+
+
+class MLP(nn.Module):
+    """Multilayer perceptron ``[Linear -> act] x len(hidden) -> Linear``.
+
+    Args:
+        in_features: input size, an int or a shape tuple (flattened to its product).
+        out_features: output size (e.g. number of classes).
+        hidden: widths of the hidden layers; ``()`` gives a linear model.
+        activation: one of ``"relu"``, ``"tanh"``, ``"silu"``, ``"gelu"``.
+
+    ``forward`` maps ``(n, *in_shape)`` (or ``(n, prod(in_shape))``) to ``(n, out_features)``.
+    """
+
+    def __init__(
+        self,
+        in_features: int | Sequence[int],
+        out_features: int,
+        hidden: Sequence[int] = (100,),
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; valid: {sorted(_ACTIVATIONS)}")
+        if isinstance(in_features, int):
+            self.in_shape: tuple[int, ...] = (in_features,)
+        else:
+            self.in_shape = tuple(int(s) for s in in_features)
+        self.in_dim = math.prod(self.in_shape)
+        if self.in_dim <= 0 or out_features <= 0 or any(h <= 0 for h in hidden):
+            raise ValueError("MLP sizes must be positive")
+        self.out_features = out_features
+        layers: list[nn.Module] = []
+        width = self.in_dim
+        for h in hidden:
+            layers += [nn.Linear(width, h), _ACTIVATIONS[activation]()]
+            width = h
+        layers.append(nn.Linear(width, out_features))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Flatten ``x`` to ``(n, prod(in_shape))`` and apply the network."""
+        return self.net(torch.reshape(x, (-1, self.in_dim)))
