@@ -25,7 +25,7 @@ def demo(steps: int = 1500, seed: int = 0) -> list[dict[str, float | str]]:
 
     ds = data.load("digits", seed=seed)
     rows: list[dict[str, float | str]] = []
-    for method, hyper in (("map", {"lr": 1e-3}), ("sgld", {"lr": 0.05})):
+    for method, hyper in (("map", {"lr": 1e-3}), ("sgld", {"lr": 0.5})):
         torch.manual_seed(seed)
         net = models.MLP(ds.input_shape, ds.num_classes, hidden=(100,))
         model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)

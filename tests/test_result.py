@@ -1,0 +1,69 @@
+"""Result.save / bdlkit.load round-trips without pickle; corrupt files fail clearly."""
+
+import pytest
+import torch
+from torch import nn
+
+import bdlkit
+from bdlkit.serialization import CorruptFileError
+
+
+def target():
+    return bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2)
+
+
+def test_target_samples_round_trip_without_the_problem(tmp_path):
+    res = bdlkit.infer(target(), "sgld", steps=200, seed=0)
+    res.save(tmp_path / "run")
+    back = bdlkit.load(tmp_path / "run")
+    assert torch.equal(back.sample(100), res.sample(100))
+    assert back.history == res.history and back.method == "sgld"
+    with pytest.raises(ValueError, match="pass problem="):
+        _ = back.params
+
+
+def test_state_round_trips_with_the_problem(tmp_path):
+    t = target()
+    res = bdlkit.infer(t, "map", steps=50, lr=0.1)
+    res.save(tmp_path)
+    back = bdlkit.load(tmp_path, problem=t)
+    assert torch.equal(back.params, res.params)
+    assert back.state.step == 50
+    assert torch.equal(back.state.opt_state.nu, res.state.opt_state.nu)
+
+
+def classifier():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    return bdlkit.BayesianModel(net, "categorical", num_data=40)
+
+
+def test_model_predictions_survive_save_and_load(tmp_path):
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    res = bdlkit.infer(classifier(), "sgld", data=(x, y), steps=40, seed=1, batch_size=10)
+    res.save(tmp_path)
+    back = bdlkit.load(tmp_path, problem=classifier())
+    assert torch.equal(back.predict(x), res.predict(x))
+    assert torch.equal(back.state.rng_state, res.state.rng_state)
+
+
+def test_corrupt_files_give_clear_errors(tmp_path):
+    t = target()
+    bdlkit.infer(t, "sgld", steps=20).save(tmp_path)
+    (tmp_path / "state.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(CorruptFileError, match="truncated or corrupt"):
+        bdlkit.load(tmp_path, problem=t)
+    (tmp_path / "result.json").write_text("{not json")
+    with pytest.raises(CorruptFileError, match="not valid JSON"):
+        bdlkit.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        bdlkit.load(tmp_path / "missing")
+
+
+def test_loading_a_state_into_another_method_is_refused(tmp_path):
+    t = target()
+    bdlkit.infer(t, "sgld", steps=20).save(tmp_path)
+    meta = (tmp_path / "result.json").read_text().replace('"method": "sgld"', '"method": "map"')
+    (tmp_path / "result.json").write_text(meta)
+    with pytest.raises(CorruptFileError, match="does not match this algorithm"):
+        bdlkit.load(tmp_path, problem=t)
