@@ -28,7 +28,8 @@ def test_sampler_defaults_burnin_thin_and_chains():
 
 def test_history_is_recorded():
     res = bdlkit.infer(standard_normal(), "sgld", steps=1000, seed=0)
-    assert res.history[-1]["step"] == 1000
+    assert len(res.history) == 1000 and res.history[-1]["step"] == 1000
+    assert len(bdlkit.infer(standard_normal(), "sgld", steps=100, log_every=10).history) == 10
     assert {"log_prob", "step_size"} <= set(res.history[0])
 
 
@@ -89,3 +90,11 @@ def test_dataloader_data_is_accepted():
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
     res = bdlkit.infer(model, "map", data=loader, epochs=2, lr=1e-2)
     assert res.config["steps"] == 8
+
+
+def test_init_decides_the_number_of_chains():
+    res = bdlkit.infer(standard_normal(), "sgld", steps=200, init=torch.zeros(3))
+    assert res.config["chains"] is None and res.num_kept == 100
+    assert res.sample(100).shape == (100, 3)
+    with pytest.raises(ValueError, match="chains=2"):
+        bdlkit.infer(standard_normal(), "sgld", steps=20, init=torch.zeros(3, 3), chains=2)

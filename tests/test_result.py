@@ -67,3 +67,29 @@ def test_loading_a_state_into_another_method_is_refused(tmp_path):
     (tmp_path / "result.json").write_text(meta)
     with pytest.raises(CorruptFileError, match="does not match this algorithm"):
         bdlkit.load(tmp_path, problem=t)
+
+
+def test_gaussian_bma_variance_is_exact_and_keeps_precision():
+    """Mixture variance = mean noise variance + spread of the means (law of total variance)."""
+    torch.manual_seed(0)
+    net = nn.Linear(2, 1)
+    with torch.no_grad():
+        net.bias.fill_(1e4)  # large means: the naive E[m^2] - E[m]^2 loses everything in float32
+    lik = bdlkit.problems.Gaussian(noise=0.1)
+    model = bdlkit.BayesianModel(net, lik, prior=1.0, num_data=10)
+    x = torch.randn(5, 2)
+    draws = {"weight": torch.randn(4, 1, 2), "bias": 1e4 + torch.randn(4, 1)}
+    res = bdlkit.Result(model, None, None, draws, [], {"method": "sgld", "kind": "sampler"})
+    pred = res.predict(x)
+    means = torch.stack([x @ draws["weight"][s].T + draws["bias"][s] for s in range(4)])[..., 0]
+    assert pred.mean.shape == (5,)
+    assert torch.allclose(pred.mean, means.mean(0))
+    assert torch.allclose(pred.var, 0.01 + means.var(0, correction=0), rtol=1e-3)
+
+
+def test_saving_a_point_estimate_over_a_sampler_run_leaves_no_stale_samples(tmp_path):
+    t = target()
+    bdlkit.infer(t, "sgld", steps=20).save(tmp_path)
+    bdlkit.infer(t, "map", steps=20).save(tmp_path)
+    back = bdlkit.load(tmp_path, problem=t)
+    assert back.kind == "optimizer" and back.samples is None

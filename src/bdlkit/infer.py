@@ -49,6 +49,7 @@ def infer(
     thin: int | None = None,
     max_samples: int | None = None,
     init: Any = None,
+    log_every: int = 1,
     progress: bool = False,
     **hyper: Any,
 ) -> Result:
@@ -57,13 +58,17 @@ def infer(
     Args:
         problem: a :class:`~bdlkit.Target` or :class:`~bdlkit.BayesianModel`.
         method: a name from ``bdlkit.algorithms.METHODS`` ("map", "sgld", ...).
-        data: training data for a model: a Dataset, ``(x, y)`` tensors or a DataLoader.
+        data: training data for a model: a Dataset, ``(x, y)`` tensors or a DataLoader
+            (a DataLoader shuffles with its own generator: give it one for
+            reproducible runs).
         steps / epochs: how long to run (exactly one of them; epochs need data).
         seed: seeds initialisation, data order and algorithm noise.
         batch_size: minibatch size when ``data`` holds tensors.
-        chains: parallel chains on a Target (default 4 for samplers).
+        chains: parallel chains on a Target (default 4 for samplers, or the leading
+            dimension of a 2-D ``init``).
         burnin, thin, max_samples: which sampler draws are kept (module docstring).
         init: starting parameters (default: ``problem.init_params``).
+        log_every: record the step's info in ``Result.history`` every this many steps.
         progress: show a tqdm progress bar.
         **hyper: the method's hyperparameters (e.g. ``lr``).
     """
@@ -78,7 +83,13 @@ def infer(
     sampler = algorithm.kind == "sampler"
     if chains is not None and not is_target:
         raise ValueError("chains= is for Targets; for a network run infer with several seeds")
-    chains = (4 if sampler else None) if chains is None and is_target else chains
+    if is_target and isinstance(init, Tensor):
+        init_chains = init.shape[0] if init.ndim == 2 else None
+        if chains is not None and chains != init_chains:
+            raise ValueError(f"init has shape {tuple(init.shape)} but chains={chains}")
+        chains = init_chains
+    elif is_target and chains is None:
+        chains = 4 if sampler else None
     if chains is not None and chains < 1:
         raise ValueError(f"chains must be >= 1, got {chains}")
     burnin = total // 2 if burnin is None else burnin
@@ -88,7 +99,10 @@ def infer(
     thin = max(1, (total - burnin) // per_chain_keep) if thin is None else thin
     if thin < 1:
         raise ValueError(f"thin must be >= 1, got {thin}")
-    max_samples = max_samples or (None if is_target else per_chain_keep)
+    if max_samples is not None and max_samples < 1:
+        raise ValueError(f"max_samples must be >= 1, got {max_samples}")
+    if max_samples is None and not is_target:
+        max_samples = per_chain_keep
 
     gen = rng.generator(seed)
     data_gen = rng.split(gen)
@@ -98,7 +112,8 @@ def infer(
 
     kept: deque = deque(maxlen=max_samples)
     history: list[dict[str, float]] = []
-    log_every = max(1, total // 500)
+    if log_every < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
     batches = _batches(problem, data, batch_size, data_gen)
     start = time.perf_counter()
     bar = tqdm(total=total, desc=method, disable=not progress, leave=False)

@@ -55,7 +55,7 @@ class Adam:
 
     def init(self, params: TensorTree) -> AdamState:
         return AdamState(
-            count=torch.zeros((), dtype=torch.int64), mu=zeros_like(params), nu=zeros_like(params)
+            count=torch.zeros((), dtype=torch.float64), mu=zeros_like(params), nu=zeros_like(params)
         )
 
     def update(

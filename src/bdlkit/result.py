@@ -69,11 +69,9 @@ class Result:
         """Number of kept sampler draws (counting each chain)."""
         if self.samples is None:
             return 0
-        first = (
-            next(iter(self.samples.values())) if isinstance(self.samples, dict) else self.samples
-        )
-        chains = self.config.get("chains") or 1
-        return first.shape[0] * chains
+        if isinstance(self.samples, dict):
+            return next(iter(self.samples.values())).shape[0]
+        return self.samples.shape[0] * (self.samples.shape[1] if self.samples.ndim == 3 else 1)
 
     def __repr__(self) -> str:
         return (
@@ -96,13 +94,13 @@ class Result:
         if self.kind == "sampler":
             return self._last_kept(n)
         if self.kind == "vi":
-            gen = (
-                rng.generator(generator or 0)
-                if not isinstance(generator, torch.Generator)
-                else generator
-            )
-            return self.algorithm.approximation(self.state).sample(n, gen)
-        return tree_map(lambda t: t.unsqueeze(0).expand(n, *t.shape), self.params)
+            if not isinstance(generator, torch.Generator):
+                generator = rng.generator(generator or 0)
+            return self.algorithm.approximation(self.state).sample(n, generator)
+        point = self.params
+        if isinstance(point, Tensor) and point.ndim == 2:  # a Target optimised in chains
+            return point.repeat((n + len(point) - 1) // len(point), 1)[:n]
+        return tree_map(lambda t: t.unsqueeze(0).expand(n, *t.shape), point)
 
     def _last_kept(self, n: int) -> TensorTree:
         if self.samples is None:
@@ -113,9 +111,8 @@ class Result:
                 f"asked for {n} samples but only {have} were kept; run more steps, lower "
                 "thin or burnin, or use more chains"
             )
-        if self.config.get("chains"):  # Target with chains: (K, c, d) -> (K*c, d), draw-major
-            flat = self.samples.reshape(-1, self.samples.shape[-1])
-            return flat[-n:]
+        if isinstance(self.samples, Tensor):  # Target: (K, [c,] d) -> (K*c, d), draw-major
+            return self.samples.reshape(-1, self.samples.shape[-1])[-n:]
         return index(self.samples, slice(-n, None))
 
     # ------------------------------------------------------------------ prediction
@@ -124,8 +121,12 @@ class Result:
         """Bayesian model average at inputs ``x`` (see the module docstring).
 
         ``num_samples`` draws are used for VI (kept samples for samplers, the point
-        for optimisers). Inputs are processed in chunks of ``chunk_size``.
+        for optimisers). Inputs are processed in chunks of ``chunk_size``; with
+        ``buffers="batch_stats"`` normalisation uses each chunk's statistics, so keep
+        chunks large.
         """
+        if self.problem is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
         if not isinstance(self.problem, BayesianModel):
             raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
         draws = self._draws_for_prediction(num_samples)
@@ -145,28 +146,21 @@ class Result:
 
     def _bma(self, draws: dict[str, Tensor], x: Tensor) -> Any:
         count = next(iter(draws.values())).shape[0]
-        total: Any = None
-        for s in range(count):
-            pred = self.problem.predictive(index(draws, s), x)
-            if isinstance(pred, GaussianPredictive):
-                pred = GaussianPredictive(pred.mean, pred.var + pred.mean**2)
-                total = (
-                    pred
-                    if total is None
-                    else GaussianPredictive(total.mean + pred.mean, total.var + pred.var)
-                )
-            else:
-                total = pred if total is None else total + pred
-        if isinstance(total, GaussianPredictive):
-            mean = total.mean / count
-            return GaussianPredictive(mean, (total.var / count - mean**2).clamp_min(0))
-        return total / count
+        preds = [self.problem.predictive(index(draws, s), x) for s in range(count)]
+        if isinstance(preds[0], GaussianPredictive):
+            means = torch.stack([p.mean for p in preds])  # (S, n, ...): two-pass variance
+            noise = torch.stack([p.var for p in preds]).mean(0)
+            return GaussianPredictive(means.mean(0), noise + means.var(0, correction=0))
+        return torch.stack(preds).mean(0)
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``result.json``, ``state.safetensors`` and ``samples.safetensors`` under ``path``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        for name, content in (("state", self.state), ("samples", self.samples)):
+            if content is None:  # never leave a file of an earlier result behind
+                (path / f"{name}.safetensors").unlink(missing_ok=True)
         if self.state is not None:
             save_tensors(path / "state.safetensors", state_to_tensors(self.state))
         if self.samples is not None:
@@ -188,7 +182,7 @@ def load(path: str | os.PathLike, problem: Problem | None = None) -> Result:
     """
     path = Path(path)
     meta = load_json(path / "result.json")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION or "config" not in meta:
         raise ValueError(f"{path / 'result.json'} is not a bdlkit result (format {FORMAT_VERSION})")
     config = meta["config"]
     samples = None

@@ -98,6 +98,12 @@ def ravel(tree: TensorTree) -> Tensor:
     return torch.cat([t.reshape(-1) for t in leaves]) if leaves else torch.zeros(0)
 
 
+def device_of(tree: TensorTree) -> torch.device:
+    """Device of the first leaf (CPU for an empty tree)."""
+    leaves = tree_leaves(tree)
+    return leaves[0].device if leaves else torch.device("cpu")
+
+
 def num_elements(tree: TensorTree) -> int:
     return sum(t.numel() for t in tree_leaves(tree))
 

@@ -150,3 +150,31 @@ def test_constructor_errors():
         bdlkit.BayesianModel(net, num_data=3, temperature=0)
     with pytest.raises(ValueError, match="unknown likelihood"):
         bdlkit.BayesianModel(net, likelihood="poisson", num_data=3)
+
+
+def test_a_shared_prior_instance_is_not_recentred_by_a_second_model():
+    prior = bdlkit.IsotropicGaussian(1.0, mean="init")
+    torch.manual_seed(0)
+    a = bdlkit.BayesianModel(nn.Linear(2, 1), Gaussian(1.0), prior=prior, num_data=5)
+    bdlkit.BayesianModel(nn.Linear(2, 1), Gaussian(1.0), prior=prior, num_data=5)
+    expected = torch.tensor(-1.5 * math.log(2 * math.pi))
+    assert torch.allclose(a.log_prior(a.init_params()), expected)
+
+
+def test_heteroscedastic_needs_two_outputs_per_target():
+    m = bdlkit.BayesianModel(nn.Linear(2, 3), Gaussian(heteroscedastic=True), num_data=5)
+    with pytest.raises(ValueError, match="heteroscedastic: 2 outputs per target"):
+        m.validate_data((torch.randn(5, 2), torch.randn(5)))
+
+
+def test_reserved_likelihood_prefix_is_refused():
+    net = nn.Module()
+    net.likelihood = nn.Linear(2, 1)
+    with pytest.raises(ValueError, match="reserves"):
+        bdlkit.BayesianModel(net, Gaussian(1.0), num_data=5)
+
+
+def test_integer_inputs_reach_an_embedding_model():
+    net = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(8, 3))
+    m = bdlkit.BayesianModel(net, "categorical", num_data=6)
+    m.validate_data((torch.randint(0, 10, (6, 2)), torch.randint(0, 3, (6,))))

@@ -20,7 +20,7 @@ import torch
 
 from .. import rng
 from ..schedules import Schedule, resolve
-from ..tree import TensorTree, detach_clone, pytree_dataclass, randn_like, tree_map
+from ..tree import TensorTree, detach_clone, device_of, pytree_dataclass, randn_like, tree_map
 from ..types import Batch, Info, Problem
 
 
@@ -41,14 +41,13 @@ class SGLD:
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> SGLDState:
         if params is None:
             params = self.problem.init_params(generator)
-        return SGLDState(
-            params=detach_clone(params), rng_state=rng.state_of(rng.split(generator)), step=0
-        )
+        noise_gen = rng.split(generator, device=device_of(params))
+        return SGLDState(params=detach_clone(params), rng_state=rng.state_of(noise_gen), step=0)
 
     def step(self, state: SGLDState, batch: Batch) -> tuple[SGLDState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
         eta = resolve(self.lr, state.step) / self.problem.num_data
-        gen = rng.from_state(state.rng_state)
+        gen = rng.from_state(state.rng_state, device=device_of(state.params))
         noise = randn_like(state.params, gen)
         sd = math.sqrt(2.0 * eta)
         params = tree_map(lambda p, s, z: p + eta * s + sd * z, state.params, score, noise)

@@ -16,7 +16,6 @@ becomes ``(n, 1)``. No standardisation is applied.
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from .dataset import Dataset, as_float, as_labels
+from .timeseries import read_table
 
 SUPPORTED_EXTENSIONS = (".npz", ".csv")
 
@@ -74,13 +74,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 def _read_csv(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """x, y and the input column names of a numeric CSV with a header row."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise ValueError(f"{path}: empty CSV file") from None
-        rows = [row for row in reader if row and any(c.strip() for c in row)]
+    header, rows = read_table(path)
     if len(header) < 2:
         raise ValueError(f"{path}: need at least one input column and one target column")
     if target is None:
@@ -91,8 +85,6 @@ def _read_csv(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, l
         raise ValueError(f"{path}: target column {target!r} not in header {header}")
     table = np.empty((len(rows), len(header)), dtype=np.float64)
     for i, row in enumerate(rows):
-        if len(row) != len(header):
-            raise ValueError(f"{path}: row {i + 2} has {len(row)} fields, header has {len(header)}")
         for j, cell in enumerate(row):
             cell = cell.strip()
             try:

@@ -74,7 +74,7 @@ def forecasting_name(name: str) -> str:
     return _ALIASES[key]
 
 
-def _read_table(path: Path) -> tuple[list[str], list[list[str]]]:
+def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
     """Header and data rows of a comma-separated file (blank lines skipped)."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
@@ -103,7 +103,7 @@ def _parse_series(
     path: Path, target: str | None, date_column: str | None = "date"
 ) -> tuple[list[str], np.ndarray, list[str] | None]:
     """Numeric columns (others first, target last), values ``(T, C)`` float64, and dates."""
-    header, rows = _read_table(path)
+    header, rows = read_table(path)
     if not rows:
         raise ValueError(f"{path}: no data rows")
     lower = [h.lower() for h in header]

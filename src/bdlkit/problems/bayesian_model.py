@@ -12,7 +12,11 @@ want per-datum scales divide by N themselves.
 
 Parameters: only the selected (``bayesian=``) parameters and the likelihood's own
 parameters are random; they are passed around as a ``dict[str, Tensor]``. All other
-parameters and all buffers are held fixed at their values when the model was built.
+parameters and all buffers are deterministic: they are read from the module (not
+copied, so a frozen pretrained backbone costs no extra memory; do not train the module
+while a BayesianModel uses it). ``init_params`` returns the module's values at build
+time; seeds change data order and algorithm noise, not this starting point (initialise
+the module under ``torch.manual_seed`` for different starts).
 
 Buffers (BatchNorm statistics): ``buffers="frozen"`` (default) puts the module in
 eval mode; normalisation layers use their stored statistics, dropout is off, and no
@@ -84,6 +88,12 @@ class BayesianModel:
         self.buffers = buffers
         self.oracle = oracle
         self.bayesian_names = select_parameters(module, bayesian)
+        clash = [n for n, _ in module.named_parameters() if n.startswith(PREFIX)]
+        if clash:
+            raise ValueError(
+                f"module parameters {clash[:3]} start with {PREFIX!r}, which bdlkit reserves for "
+                "likelihood parameters; rename that submodule"
+            )
         module.train(buffers == "batch_stats")
         named = dict(module.named_parameters())
         self.fixed: Params = {
@@ -182,16 +192,16 @@ class BayesianModel:
             )
         if x.shape[0] == 0:
             raise ValueError("the training data is empty")
-        if not x.dtype.is_floating_point:
-            raise ValueError(
-                f"inputs must be floating point, got {x.dtype}; convert with x.float()"
-            )
-        _check_finite("inputs x", x)
         if y.dtype.is_floating_point:
             _check_finite("targets y", y)
-        dtype = next(iter(self._initial.values())).dtype
-        if x.dtype != dtype:
-            raise ValueError(f"inputs are {x.dtype} but the model's parameters are {dtype}")
+        if x.dtype.is_floating_point:  # integer inputs (token ids) are passed through as is
+            _check_finite("inputs x", x)
+            dtype = next(iter(self._initial.values())).dtype
+            if x.dtype != dtype:
+                raise ValueError(
+                    f"inputs are {x.dtype} but the model's parameters are {dtype}; "
+                    f"convert with x.to({dtype})"
+                )
         try:
             outputs = self.forward(self._initial, x[:2])
         except RuntimeError as err:
@@ -210,7 +220,10 @@ def _as_pair(data: Any) -> tuple[Any, Any]:
     if isinstance(data, (tuple, list)) and len(data) == 2:
         return data[0], data[1]
     if isinstance(data, torch.utils.data.DataLoader):
-        return _as_pair(next(iter(data)))
+        first = next(iter(data), None)
+        if first is None:
+            raise ValueError("the DataLoader yields no batches")
+        return _as_pair(first)
     raise ValueError(
         f"cannot read training data from {type(data).__name__}; pass (x, y), a Dataset or a DataLoader"
     )

@@ -177,14 +177,17 @@ class Gaussian(Likelihood):
         return lp.reshape(y.shape[0], -1).sum(-1)
 
     def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> GaussianPredictive:
+        """Mean and variance shaped like the network's mean output; ``(n, 1)`` becomes ``(n,)``."""
         mean, std = self._mean_std(outputs, lik_params)
+        if mean.ndim == 2 and mean.shape[1] == 1:
+            mean, std = mean[:, 0], std[:, 0]
         return GaussianPredictive(mean, std**2)
 
     def check_targets(self, y: Tensor, outputs: Tensor) -> None:
         if not y.dtype.is_floating_point:
             raise ValueError(f"gaussian likelihood needs float targets, got dtype {y.dtype}")
-        per_example = outputs[0].numel() // (2 if self.heteroscedastic else 1)
-        if outputs.shape[0] != y.shape[0] or per_example != y[0].numel():
+        per_target = 2 if self.heteroscedastic else 1
+        if outputs.shape[0] != y.shape[0] or outputs[0].numel() != per_target * y[0].numel():
             raise ValueError(
                 f"targets of shape {tuple(y.shape)} do not match network outputs "
                 f"{tuple(outputs.shape)}"

@@ -8,6 +8,7 @@ dict (a new head, the likelihood's noise) get mean 0.
 
 from __future__ import annotations
 
+import copy
 import math
 
 from torch import Tensor
@@ -63,7 +64,7 @@ class IsotropicGaussian:
 def make_prior(spec: float | IsotropicGaussian) -> IsotropicGaussian:
     """A prior from a scale σ0 (``float``) or an instance."""
     if isinstance(spec, IsotropicGaussian):
-        return spec
+        return copy.copy(spec)  # bind() sets per-model means: never share them
     if isinstance(spec, (int, float)):
         return IsotropicGaussian(scale=float(spec))
     raise TypeError(
