@@ -213,7 +213,7 @@ def _custom_borders(n: int, lookback: int) -> tuple[tuple[int, int], ...]:
 def load_forecasting(
     name: str,
     root: str | os.PathLike | None = None,
-    horizon: int = 96,
+    horizon: int | None = None,
     lookback: int | None = None,
     features: Features = "S",
 ) -> Dataset:
@@ -222,11 +222,14 @@ def load_forecasting(
     Args:
         name: ``"ett/ETTh2"`` (or ``"etth2"``), ``"exchange_rate"`` or ``"ili"``.
         root: data root (see :mod:`bdlkit.data.roots`).
-        horizon: forecast length H.
+        horizon: forecast length H (default: the shortest Koopa horizon, 24 for ILI and
+            48 otherwise).
         lookback: input length L (default ``2 * horizon``).
         features: ``"S"`` only the ``OT`` column, ``"M"`` all columns.
     """
     canonical = forecasting_name(name)
+    if horizon is None:
+        horizon = 24 if canonical == "ili" else 48
     spec = FORECASTING[canonical]
     lookback = _check_lengths(canonical, horizon, lookback)
     path = find(spec["file"], root, what=f"the {canonical} CSV")
