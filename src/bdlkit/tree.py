@@ -62,15 +62,6 @@ def tree_unflatten(spec: Any, leaves: list[Any]) -> Any:
     return optree.tree_unflatten(spec, leaves)
 
 
-def axpy(alpha: float | Tensor, x: TensorTree, y: TensorTree) -> TensorTree:
-    """``alpha * x + y`` leaf by leaf."""
-    return tree_map(lambda a, b: b + alpha * a, x, y)
-
-
-def scale(alpha: float | Tensor, x: TensorTree) -> TensorTree:
-    return tree_map(lambda a: alpha * a, x)
-
-
 def randn_like(tree: TensorTree, generator: torch.Generator) -> TensorTree:
     """Standard normal noise with the structure, shapes and dtypes of ``tree``."""
     return tree_map(
@@ -92,20 +83,10 @@ def all_finite(tree: TensorTree) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
-def ravel(tree: TensorTree) -> Tensor:
-    """Concatenate all leaves into one flat vector (order of ``tree_leaves``)."""
-    leaves = tree_leaves(tree)
-    return torch.cat([t.reshape(-1) for t in leaves]) if leaves else torch.zeros(0)
-
-
 def device_of(tree: TensorTree) -> torch.device:
     """Device of the first leaf (CPU for an empty tree)."""
     leaves = tree_leaves(tree)
     return leaves[0].device if leaves else torch.device("cpu")
-
-
-def num_elements(tree: TensorTree) -> int:
-    return sum(t.numel() for t in tree_leaves(tree))
 
 
 def stack(trees: list[TensorTree]) -> TensorTree:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .dataset import Dataset, as_float, as_labels
-from .timeseries import read_table
+from .timeseries import numeric_columns, read_table
 
 SUPPORTED_EXTENSIONS = (".npz", ".csv")
 
@@ -83,16 +83,7 @@ def _read_csv(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, l
         t = header.index(target)
     else:
         raise ValueError(f"{path}: target column {target!r} not in header {header}")
-    table = np.empty((len(rows), len(header)), dtype=np.float64)
-    for i, row in enumerate(rows):
-        for j, cell in enumerate(row):
-            cell = cell.strip()
-            try:
-                table[i, j] = float(cell) if cell else np.nan
-            except ValueError:
-                raise ValueError(
-                    f"{path}: non-numeric value {cell!r} in column {header[j]!r}, row {i + 2}"
-                ) from None
+    table = numeric_columns(path, header, rows, list(range(len(header))))
     cols = [j for j in range(len(header)) if j != t]
     return table[:, cols], table[:, t], [header[j] for j in cols]
 

@@ -74,6 +74,23 @@ def forecasting_name(name: str) -> str:
     return _ALIASES[key]
 
 
+def numeric_columns(
+    path: Path, header: list[str], rows: list[list[str]], columns: list[int]
+) -> np.ndarray:
+    """The given columns of CSV rows as a float64 array (empty cells become NaN)."""
+    values = np.empty((len(rows), len(columns)), dtype=np.float64)
+    for i, row in enumerate(rows):
+        for k, j in enumerate(columns):
+            cell = row[j].strip()
+            try:
+                values[i, k] = float(cell) if cell else np.nan
+            except ValueError:
+                raise ValueError(
+                    f"{path}: non-numeric value {cell!r} in column {header[j]!r}, data row {i + 1}"
+                ) from None
+    return values
+
+
 def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
     """Header and data rows of a comma-separated file (blank lines skipped)."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -124,16 +141,7 @@ def _parse_series(
     if tgt == date_idx:
         raise ValueError(f"{path}: the target column {target!r} is the date column")
     order = [j for j in numeric if j != tgt] + [tgt]
-    values = np.empty((len(rows), len(order)), dtype=np.float64)
-    for i, row in enumerate(rows):
-        for k, j in enumerate(order):
-            cell = row[j].strip()
-            try:
-                values[i, k] = float(cell) if cell else np.nan
-            except ValueError:
-                raise ValueError(
-                    f"{path}: non-numeric value {cell!r} in column {header[j]!r}, data row {i + 1}"
-                ) from None
+    values = numeric_columns(path, header, rows, order)
     bad = ~np.isfinite(values).all(axis=1)
     if bad.any():
         raise ValueError(f"{path}: {int(bad.sum())} rows contain NaN/inf or empty values")
