@@ -26,7 +26,6 @@ from .io import (
     read_posterior_info,
     read_reference_draws,
     read_reference_mean,
-    read_stan_code,
     read_zipped_json,
 )
 from .models import MODELS, PosteriorModel
@@ -54,7 +53,6 @@ __all__ = [
     "read_posterior_info",
     "read_reference_draws",
     "read_reference_mean",
-    "read_stan_code",
     "read_zipped_json",
     "resolve_name",
 ]

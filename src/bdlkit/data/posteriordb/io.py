@@ -56,12 +56,6 @@ def read_data(data_name: str, root: PathLike | None = None) -> dict[str, Any]:
     return {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in raw.items()}
 
 
-def read_stan_code(model_name: str, root: PathLike | None = None) -> str:
-    """The Stan program ``models/stan/<model_name>.stan`` as text."""
-    path = _find(f"models/stan/{model_name}.stan", root, what=f"Stan model {model_name!r}")
-    return path.read_text()
-
-
 @dataclass(frozen=True)
 class ReferenceDraws:
     """Reference draws on the constrained scale.
