@@ -7,13 +7,14 @@ an optimiser. ``Result.predict(x)`` is the Bayesian model average over draws::
     p(y | x, D) ≈ (1/S) Σ_s p(y | x, θ_s)
 
 returned as class probabilities, or for a Gaussian likelihood as the mixture's mean
-and variance (``Var = mean_s(σ_s² + μ_s²) - (mean_s μ_s)²``). ``save``/``load``
+and variance (``Var = mean_s σ_s² + mean_s (μ_s - μ̄)²``, merged draw by draw). ``save``/``load``
 write JSON and safetensors only (no pickle), atomically.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from torch import Tensor
 
 from . import rng
 from .algorithms import get_method
+from .collect import SampleStore
 from .problems import BayesianModel, GaussianPredictive
 from .serialization import (
     load_json,
@@ -45,16 +47,24 @@ class Result:
         problem: Problem | None,
         algorithm: Algorithm | None,
         state: Any,
-        samples: TensorTree | None,
+        samples: TensorTree | SampleStore | None,
         history: list[dict[str, float]],
         config: dict[str, Any],
     ) -> None:
         self.problem = problem
         self.algorithm = algorithm
         self.state = state
-        self.samples = samples
+        self.store = samples if isinstance(samples, SampleStore) else None
+        self._samples = None if self.store is not None else samples
         self.history = history
         self.config = config
+
+    @property
+    def samples(self) -> TensorTree | None:
+        """All kept draws stacked along dim 0 (read from the store on first use)."""
+        if self._samples is None and self.store is not None and len(self.store):
+            self._samples = self.store.load()
+        return self._samples
 
     @property
     def method(self) -> str:
@@ -67,6 +77,11 @@ class Result:
     @property
     def num_kept(self) -> int:
         """Number of kept sampler draws (counting each chain)."""
+        if self.store is not None and (len(self.store) == 0 or self._samples is None):
+            first = next(self.store.iter_chunks(1), None)
+            if first is None or isinstance(first, dict):
+                return len(self.store)
+            return len(self.store) * (first.shape[1] if first.ndim == 3 else 1)
         if self.samples is None:
             return 0
         if isinstance(self.samples, dict):
@@ -129,29 +144,30 @@ class Result:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         if not isinstance(self.problem, BayesianModel):
             raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
-        draws = self._draws_for_prediction(num_samples)
-        outs = [self._bma(draws, x[i : i + chunk_size]) for i in range(0, len(x), chunk_size)]
-        if isinstance(outs[0], GaussianPredictive):
-            return GaussianPredictive(
-                torch.cat([o.mean for o in outs]), torch.cat([o.var for o in outs])
-            )
-        return torch.cat(outs)
+        if num_samples < 1 or chunk_size < 1:
+            raise ValueError("num_samples and chunk_size must be >= 1")
+        chunks = [x[i : i + chunk_size] for i in range(0, len(x), chunk_size)]
+        bma = _BMA()
+        for draws in self._draw_chunks(num_samples):
+            count = next(iter(draws.values())).shape[0]
+            for s in range(count):
+                theta = index(draws, s)
+                bma.add([self.problem.predictive(theta, xc) for xc in chunks])
+        return bma.result()
 
-    def _draws_for_prediction(self, num_samples: int) -> TensorTree:
+    def _draw_chunks(self, num_samples: int) -> Iterator[dict[str, Tensor]]:
+        """Draws to average over, a stacked chunk at a time (a disk store streams shards)."""
         if self.kind == "sampler":
-            return self._last_kept(self.num_kept)
-        if self.kind == "vi":
-            return self.sample(num_samples)
-        return tree_map(lambda t: t.unsqueeze(0), self.params)
-
-    def _bma(self, draws: dict[str, Tensor], x: Tensor) -> Any:
-        count = next(iter(draws.values())).shape[0]
-        preds = [self.problem.predictive(index(draws, s), x) for s in range(count)]
-        if isinstance(preds[0], GaussianPredictive):
-            means = torch.stack([p.mean for p in preds])  # (S, n, ...): two-pass variance
-            noise = torch.stack([p.var for p in preds]).mean(0)
-            return GaussianPredictive(means.mean(0), noise + means.var(0, correction=0))
-        return torch.stack(preds).mean(0)
+            if self.store is not None:
+                if len(self.store) == 0:
+                    raise ValueError("no samples were kept: increase steps or lower burnin/thin")
+                yield from self.store.iter_chunks()
+            else:
+                yield self._last_kept(self.num_kept)
+        elif self.kind == "vi":
+            yield self.sample(num_samples)
+        else:
+            yield tree_map(lambda t: t.unsqueeze(0), self.params)
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
@@ -204,3 +220,42 @@ def load(path: str | os.PathLike, problem: Problem | None = None) -> Result:
         template = algorithm.init(init, generator=gen)
         state = state_from_tensors(template, load_tensors(path / "state.safetensors"))
     return Result(problem, algorithm, state, samples, meta.get("history", []), config)
+
+
+class _BMA:
+    """Running Bayesian model average over draws, one draw's predictions at a time.
+
+    Class probabilities are averaged; Gaussian predictives are merged exactly with
+    Welford's update of the mean and of M2 = Σ (μ_s - μ̄)² (no E[μ²] - E[μ]²
+    cancellation), so ``Var = mean_s σ_s² + M2 / S``.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean: Tensor | None = None
+        self.m2: Tensor | None = None
+        self.noise: Tensor | None = None
+        self.gaussian = False
+
+    def add(self, preds: list[Any]) -> None:
+        self.count += 1
+        self.gaussian = isinstance(preds[0], GaussianPredictive)
+        mean = torch.cat([p.mean for p in preds]) if self.gaussian else torch.cat(preds)
+        if self.mean is None:
+            self.mean = mean.clone()
+            if self.gaussian:
+                self.m2 = torch.zeros_like(mean)
+                self.noise = torch.cat([p.var for p in preds])
+            return
+        delta = mean - self.mean
+        self.mean += delta / self.count
+        if self.gaussian:
+            self.m2 += delta * (mean - self.mean)
+            self.noise += (torch.cat([p.var for p in preds]) - self.noise) / self.count
+
+    def result(self) -> Any:
+        if self.mean is None:
+            raise ValueError("no draws to average over")
+        if self.gaussian:
+            return GaussianPredictive(self.mean, self.noise + self.m2 / self.count)
+        return self.mean

@@ -35,3 +35,26 @@ def from_state(state: Tensor, device: torch.device | str = "cpu") -> torch.Gener
     g = torch.Generator(device=device)
     g.set_state(state)
     return g
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def fold_in(seed: int, *data: int) -> int:
+    """A seed derived from ``seed`` and integers ``data`` (counter-based, stateless).
+
+    SplitMix64 mixing (Steele et al. 2014) of each value in turn, so ``fold_in(s, e)``
+    for epochs ``e = 0, 1, ...`` gives well-separated seeds without any generator
+    state to checkpoint. Returns a non-negative int below 2**63.
+    """
+    z = _mix(int(seed) & _MASK64)
+    for value in data:
+        z = _mix((z + (int(value) & _MASK64)) & _MASK64)
+    return z >> 1
+
+
+def _mix(z: int) -> int:
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)

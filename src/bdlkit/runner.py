@@ -1,0 +1,384 @@
+"""``bdlkit.Runner``: drive any algorithm over data, with progress, logs and checkpoints.
+
+The loop, for ``t = start, ..., total - 1``::
+
+    batch = batches(t)                      # a pure function of (seed, t): bdlkit.batches
+    state, info = algorithm.step(state, batch)
+    stop if info["log_prob"] is NaN/inf     # last good checkpoint stays on disk
+    store.offer(t + 1, params(state))       # burn-in, thinning, cap: bdlkit.collect
+    log / evaluate / checkpoint when due
+
+With a ``run_dir`` the runner writes ``log.jsonl`` (one JSON line per logged step)
+and ``checkpoints/step-<t>.safetensors`` (every ``checkpoint_every`` steps, every
+``checkpoint_seconds`` seconds, on Ctrl-C and at the end). ``fit(resume=True)``
+restores the newest checkpoint and continues bit-exactly: the trajectory, kept
+samples and log equal those of an uninterrupted run with the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from . import rng
+from .batches import Batches
+from .checkpoint import (
+    Checkpoint,
+    global_rng_state,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_global_rng_state,
+)
+from .collect import DiskStore, MemoryStore, SampleStore
+from .problems import Target
+from .result import Result
+from .serialization import (
+    CorruptFileError,
+    atomic_write_bytes,
+    state_from_tensors,
+    state_to_tensors,
+)
+from .tree import TensorTree, all_finite
+from .types import Algorithm
+
+DATA_SEED_SALT = 0xDA7A
+
+
+class NonFiniteError(FloatingPointError):
+    """The log density or the parameters became NaN or infinite during inference."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by Ctrl-C (SIGINT) after a checkpoint was written."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        where = f"; checkpoint {checkpoint}" if checkpoint else " (no run_dir: nothing saved)"
+        super().__init__(f"interrupted after step {step}{where}")
+        self.step, self.checkpoint = step, checkpoint
+
+
+class Runner:
+    """Run ``algorithm`` for a number of steps or epochs (see the module docstring).
+
+    Args:
+        algorithm: any object following :class:`~bdlkit.types.Algorithm`.
+        data: training data for a model (Dataset, ``(x, y)`` or DataLoader); None for a Target.
+        seed: seeds initialisation (through ``algorithm.init``) and data order.
+        batch_size: minibatch size for tensor data.
+        store: where sampler draws go (default: :func:`default_store`); ignored by
+            optimisers and VI.
+        run_dir: folder for ``log.jsonl``, ``checkpoints/`` (and ``samples/`` for the
+            default store); None keeps everything in memory.
+        init, chains: starting parameters (default ``problem.init_params``) and the number
+            of chains on a Target.
+        log_every: log every this many steps (and the last one).
+        eval_fn, eval_every: ``eval_fn(params) -> {name: value}`` on held-out data every
+            ``eval_every`` steps, logged as ``eval/<name>``.
+        checkpoint_every, checkpoint_seconds: checkpoint cadence in steps and/or seconds.
+        progress: show a tqdm bar with ETA, the log density and the latest evaluation.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        data: Any = None,
+        *,
+        seed: int = 0,
+        batch_size: int = 128,
+        store: SampleStore | None = None,
+        run_dir: str | os.PathLike | None = None,
+        init: TensorTree | None = None,
+        chains: int | None = None,
+        log_every: int = 1,
+        eval_fn: Callable[[TensorTree], dict[str, float]] | None = None,
+        eval_every: int | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_seconds: float | None = None,
+        progress: bool = False,
+    ) -> None:
+        for name, value in (("log_every", log_every), ("eval_every", eval_every),
+                            ("checkpoint_every", checkpoint_every)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if checkpoint_seconds is not None and not checkpoint_seconds > 0:
+            raise ValueError(f"checkpoint_seconds must be > 0, got {checkpoint_seconds}")
+        if eval_every is not None and eval_fn is None:
+            raise ValueError("eval_every needs eval_fn")
+        if chains is not None and chains < 1:
+            raise ValueError(f"chains must be >= 1, got {chains}")
+        self.algorithm = algorithm
+        self.problem = algorithm.problem
+        self.problem.validate_data(data)
+        self.data = data
+        self.seed = int(seed)
+        self.batches = Batches(self.problem, data, batch_size, rng.fold_in(seed, DATA_SEED_SALT))
+        self.batch_size = batch_size
+        self.store = store
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.init, self.chains = init, chains
+        self.log_every, self.eval_fn, self.eval_every = log_every, eval_fn, eval_every
+        self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
+        self.progress = progress
+        self.last_checkpoint: Path | None = None
+
+    # ------------------------------------------------------------------ public
+    def num_steps(self, steps: int | None = None, epochs: int | None = None) -> int:
+        """Total steps for ``steps=`` or ``epochs=`` (exactly one)."""
+        if (steps is None) == (epochs is None):
+            raise ValueError("give exactly one of steps= or epochs=")
+        if steps is not None:
+            if steps < 1:
+                raise ValueError(f"steps must be >= 1, got {steps}")
+            return int(steps)
+        if self.batches.x is None and self.batches.loader is None:
+            raise ValueError("epochs= needs data; a Target has none: use steps=")
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        return int(epochs) * self.batches.per_epoch
+
+    def initial_state(self) -> Any:
+        """``algorithm.init`` at the seeded initial parameters (also the resume template)."""
+        gen = rng.generator(self.seed)
+        init = self.init
+        if init is None:
+            init = (self.problem.init_params(gen, self.chains) if self.chains
+                    else self.problem.init_params(gen))
+        return self.algorithm.init(init, generator=gen)
+
+    def fit(
+        self,
+        steps: int | None = None,
+        epochs: int | None = None,
+        *,
+        resume: bool = False,
+        config: dict[str, Any] | None = None,
+    ) -> Result:
+        """Run to ``steps`` (or ``epochs``) in total; ``resume=True`` continues from ``run_dir``."""
+        total = self.num_steps(steps, epochs)
+        sampler = self.algorithm.kind == "sampler"
+        if sampler and self.store is None:
+            self.store = default_store(total, isinstance(self.problem, Target), self.run_dir)
+        state, start, history, elapsed = self._start(total, resume)
+        log = _LogFile(self.run_dir / "log.jsonl") if self.run_dir else None
+        if log is not None:
+            log.truncate(start)
+        method = self.algorithm.name
+        bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
+                   dynamic_ncols=True)
+        clock = time.perf_counter()
+        last_ckpt_time = clock
+        t = start
+        with _deferred_sigint() as interrupted:
+            while t < total:
+                new_state, info = self.algorithm.step(state, self.batches(t))
+                self._check_finite(info.get("log_prob"), t + 1)
+                state, t = new_state, t + 1
+                if sampler:
+                    self.store.offer(t, self.algorithm.params(state))
+                entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
+                if entry is not None:
+                    history.append(entry)
+                    if log is not None:
+                        log.append(entry)
+                    bar.set_postfix(_postfix(entry), refresh=False)
+                bar.update(1)
+                now = time.perf_counter()
+                due = (self.checkpoint_every is not None and t % self.checkpoint_every == 0) or (
+                    self.checkpoint_seconds is not None
+                    and now - last_ckpt_time >= self.checkpoint_seconds
+                )
+                if self.run_dir is not None and (due or t == total or interrupted()):
+                    self._checkpoint(state, t, total, elapsed + now - clock)
+                    last_ckpt_time = now
+                if interrupted() and t < total:
+                    bar.close()
+                    raise Interrupted(t, self.last_checkpoint)
+        bar.close()
+        if not all_finite(self.algorithm.params(state)):
+            raise NonFiniteError(self._nan_message("the parameters", total))
+        run_config = {
+            "method": method, "kind": self.algorithm.kind, "seed": self.seed, "steps": total,
+            "batch_size": self.batch_size, "chains": self.chains,
+            "burnin": getattr(self.store, "burnin", None), "thin": getattr(self.store, "thin", None),
+            "max_samples": getattr(self.store, "max_samples", None),
+            "wall_time_s": elapsed + time.perf_counter() - clock, "problem": repr(self.problem),
+            **(config or {}),
+        }
+        store = self.store if sampler else None
+        return Result(self.problem, self.algorithm, state, store, history, run_config)
+
+    # ------------------------------------------------------------------ internals
+    def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:
+        state = self.initial_state()
+        if not resume:
+            return state, 0, [], 0.0
+        if self.run_dir is None:
+            raise ValueError("resume=True needs the run_dir of the interrupted run")
+        path = latest_checkpoint(self.run_dir / "checkpoints")
+        if path is None:
+            raise FileNotFoundError(
+                f"no checkpoint in {self.run_dir / 'checkpoints'}: the run stopped before its "
+                "first checkpoint; start it again with --overwrite"
+            )
+        ckpt = load_checkpoint(path)
+        meta = ckpt.meta
+        expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total}
+        for key, value in expected.items():
+            if meta.get(key) != value:
+                raise ValueError(
+                    f"checkpoint {path} was written with {key}={meta.get(key)!r} but this run "
+                    f"has {key}={value!r}; resume with the run's own configuration"
+                )
+        try:
+            state = state_from_tensors(state, ckpt.state)
+        except CorruptFileError as err:
+            raise CorruptFileError(f"checkpoint {path}: {err}") from None
+        if self.store is not None:
+            self.store.load_state_dict(meta.get("store", {}), ckpt.store)
+        self.batches.load_state_dict(ckpt.data)
+        set_global_rng_state(ckpt.rng)
+        self.last_checkpoint = path
+        history = _LogFile(self.run_dir / "log.jsonl").read(ckpt.step)
+        return state, ckpt.step, history, float(meta.get("elapsed_s", 0.0))
+
+    def _log_entry(
+        self, state: Any, info: dict[str, Any], t: int, total: int, elapsed: float
+    ) -> dict[str, float] | None:
+        evaluate = self.eval_every is not None and (t % self.eval_every == 0 or t == total)
+        if not (t % self.log_every == 0 or t == total or evaluate):
+            return None
+        entry: dict[str, float] = {"step": t, **{k: _scalar(v) for k, v in info.items()}}
+        if evaluate:
+            metrics = self.eval_fn(self.algorithm.params(state))
+            entry.update({f"eval/{k}": float(v) for k, v in metrics.items()})
+        entry["time_s"] = round(elapsed, 3)
+        return entry
+
+    def _check_finite(self, value: Tensor | None, t: int) -> None:
+        if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
+            raise NonFiniteError(self._nan_message("the log density", t))
+
+    def _nan_message(self, what: str, t: int) -> str:
+        lr = getattr(self.algorithm, "lr", None)
+        hint = f" (now lr={lr})" if isinstance(lr, (int, float)) else ""
+        kept = (f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
+                else "")
+        return (
+            f"{self.algorithm.name}: {what} became NaN or infinite at step {t}{kept}. The step "
+            f"size is probably too large: lower lr{hint}, e.g. by 10x; or check the data for "
+            "extreme values and the prior scale"
+        )
+
+    def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
+        if not all_finite(self.algorithm.params(state)):
+            raise NonFiniteError(self._nan_message("the parameters", t))
+        store_meta, store_tensors = self.store.state_dict() if self.store else ({}, {})
+        meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
+                "elapsed_s": elapsed, "store": store_meta}
+        ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
+                          data=self.batches.state_dict(t), rng=global_rng_state())
+        self.last_checkpoint = save_checkpoint(self.run_dir / "checkpoints", ckpt)
+        if self.store is not None:
+            self.store.collect_garbage()
+
+
+def default_store(
+    total: int,
+    is_target: bool,
+    run_dir: Path | None = None,
+    burnin: int | None = None,
+    thin: int | None = None,
+    max_samples: int | None = None,
+) -> SampleStore:
+    """The default sample store: first half burn-in; about 1 000 (Target, per chain) or
+    100 (network) thinned draws kept; on disk under ``run_dir/samples`` when given."""
+    burnin = total // 2 if burnin is None else burnin
+    if not 0 <= burnin < total:
+        raise ValueError(f"burnin must be in [0, steps={total}), got {burnin}")
+    keep = 1000 if is_target else 100
+    thin = max(1, (total - burnin) // keep) if thin is None else thin
+    if max_samples is None and not is_target:
+        max_samples = keep
+    if run_dir is None:
+        return MemoryStore(burnin=burnin, thin=thin, max_samples=max_samples)
+    return DiskStore(Path(run_dir) / "samples", burnin=burnin, thin=thin,
+                     max_samples=max_samples, exist_ok=True)
+
+
+class _LogFile:
+    """``log.jsonl``: one JSON object per logged step, appended and flushed line by line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self, up_to: int | None = None) -> list[dict[str, Any]]:
+        return read_log(self.path, up_to)
+
+    def truncate(self, step: int) -> None:
+        """Keep only entries up to ``step`` (what the checkpoint being resumed has seen)."""
+        kept = self.read(step) if step else []
+        atomic_write_bytes(self.path, "".join(json.dumps(e) + "\n" for e in kept).encode())
+
+    def append(self, entry: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+def read_log(path: str | os.PathLike, up_to: int | None = None) -> list[dict[str, Any]]:
+    """Entries of a ``log.jsonl`` (up to step ``up_to``); a line cut by a crash is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if up_to is None or entry.get("step", 0) <= up_to:
+            entries.append(entry)
+    return entries
+
+
+@contextmanager
+def _deferred_sigint():
+    """Turn the first Ctrl-C into a flag checked between steps; a second one aborts."""
+    flag = {"set": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag["set"]:
+            raise KeyboardInterrupt
+        flag["set"] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: flag["set"]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _postfix(entry: dict[str, float]) -> dict[str, str]:
+    keys = [k for k in entry if k == "log_prob" or k.startswith("eval/")]
+    return {k.removeprefix("eval/"): f"{entry[k]:.4g}" for k in keys}
+
+
+def _scalar(v: Any) -> float:
+    if isinstance(v, Tensor):
+        v = v.detach()
+        return float(v.sum()) if v.numel() > 1 else float(v)
+    return float(v)
