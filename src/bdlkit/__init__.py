@@ -1,28 +1,35 @@
 """bdlkit: Bayesian deep learning made practical.
 
 Data flow: problem (:class:`Target` or :class:`BayesianModel`) → algorithm
-(``bdlkit.algorithms``) → samples or approximation (:class:`Result`) → BMA
-predictive → metrics.
+(``bdlkit.algorithms``) → :class:`Runner` (progress, checkpoints, sample store) →
+samples or approximation (:class:`Result`) → BMA predictive → ``bdlkit.metrics``.
 """
 
-from . import algorithms, data, models, schedules
-from .infer import NonFiniteError, infer
+from . import algorithms, collect, data, metrics, models, schedules
+from .config import RunConfig
+from .infer import infer
 from .problems import BayesianModel, IsotropicGaussian, Reference, Target
 from .result import Result, load
+from .runner import Interrupted, NonFiniteError, Runner
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BayesianModel",
+    "Interrupted",
     "IsotropicGaussian",
     "NonFiniteError",
     "Reference",
     "Result",
+    "RunConfig",
+    "Runner",
     "Target",
     "algorithms",
+    "collect",
     "data",
     "infer",
     "load",
+    "metrics",
     "models",
     "schedules",
 ]

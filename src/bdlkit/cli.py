@@ -1,55 +1,194 @@
-"""The ``bdlkit`` command line (for now ``demo`` and ``list``; the runner adds ``fit``).
+"""The ``bdlkit`` command line: ``fit``, ``evaluate``, ``bench``, ``list`` and ``demo``.
+
+``fit`` options are generated from :class:`bdlkit.config.RunConfig` (one source of
+truth with the Python API and ``--config`` YAML files); a method's hyperparameters
+(``--lr`` ...) come from its ``build`` signature. Precedence: defaults < ``--config``
+file < command-line options. Errors in the input are reported in one line, without
+a traceback (set ``BDLKIT_DEBUG=1`` to see it).
 
 Examples::
 
     bdlkit list
-    bdlkit demo --steps 1500 --seed 0
+    bdlkit fit --method sgld --model mlp --data digits --steps 500 --seed 0 --out runs/sgld
+    bdlkit fit --resume runs/sgld
+    bdlkit evaluate runs/sgld
+    bdlkit bench digits --quick --out benchmarks/results/digits
+    bdlkit demo
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
+import difflib
+import inspect
+import json
+import os
 import sys
-import time
+from pathlib import Path
+from typing import Any
 
-import torch
+from . import algorithms, bench, data, models
+from .config import RunConfig, check_keys, load_yaml, method_hyperparameters, parse_value
+from .runner import Interrupted, NonFiniteError
+from .serialization import CorruptFileError
 
-from . import algorithms, data, models
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+HYPER_PREFIX = "hyper__"
+FIT_EXAMPLES = """examples:
+  bdlkit fit --method sgld --model mlp --data digits --steps 500 --seed 0 --out runs/sgld
+  bdlkit fit --method sgld --data mnist --epochs 10 --lr 0.1 --eval-every 100 --out runs/m
+  bdlkit fit --config experiment.yaml --out runs/exp      (YAML keys: the options below;
+                                                           method options under `hyper:`)
+  bdlkit fit --resume runs/sgld                           (continue an interrupted run)"""
 
 
-def demo(steps: int = 1500, seed: int = 0) -> list[dict[str, float | str]]:
-    """Fit every available method to an MLP on scikit-learn digits; print a table."""
-    from . import infer
-    from .problems import BayesianModel
+def _fit_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("fit", help="run a method on a model and data set into a run directory",
+                       description="Fit a method and write a run directory (config.yaml, "
+                       "log.jsonl, checkpoints/, samples/, metrics.json, report.md).",
+                       epilog=FIT_EXAMPLES + "\n\nmethod options: see `bdlkit fit --method M "
+                       "--help`", formatter_class=_FORMATTER)
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "hyper":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = _field_type(f)
+        p.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
+                       metavar=f.name.upper() if kind is not json.loads else "JSON",
+                       help=f.metadata.get("help", "").replace("%", "%%"))
+    p.add_argument("--config", metavar="FILE", help="YAML file with any of these options")
+    p.add_argument("--out", metavar="DIR", help="new run directory to write")
+    p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
 
-    ds = data.load("digits", seed=seed)
-    rows: list[dict[str, float | str]] = []
-    for method, hyper in (("map", {"lr": 1e-3}), ("sgld", {"lr": 0.5})):
-        torch.manual_seed(seed)
-        net = models.MLP(ds.input_shape, ds.num_classes, hidden=(100,))
-        model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
-        start = time.perf_counter()
-        result = infer(model, method, data=ds, steps=steps, seed=seed, **hyper)
-        probs = result.predict(ds.x_test)
-        seconds = time.perf_counter() - start
-        nll = -probs.clamp_min(1e-12).log().gather(1, ds.y_test[:, None]).mean().item()
-        acc = (probs.argmax(1) == ds.y_test).double().mean().item()
-        rows.append({"method": method, "accuracy": acc, "nll": nll, "seconds": seconds})
-    print(f"digits: {ds.num_train} train / {len(ds.x_test)} test, MLP 64-100-10, {steps} steps")
-    print(f"{'method':<8} {'accuracy':>9} {'NLL':>8} {'time (s)':>9}")
+
+def _field_type(f: dataclasses.Field) -> Any:
+    text = str(f.type)
+    if text.startswith("dict"):
+        return json.loads
+    for name, kind in (("int", int), ("float", float)):
+        if text.startswith(name):
+            return kind
+    return str
+
+
+def _add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
+    """Add ``--<hyperparameter>`` options of ``method`` (from its ``build`` signature)."""
+    group = fit.add_argument_group(f"options of method {method!r}")
+    for name, param in method_hyperparameters(method).items():
+        default = param.default
+        flags = ["--" + name.replace("_", "-")] + (["--" + name] if "_" in name else [])
+        group.add_argument(*flags, dest=HYPER_PREFIX + name,
+                           type=lambda text, d=default, n=name: parse_value(text, d, n),
+                           default=argparse.SUPPRESS, metavar=name.upper(),
+                           help=f"default {default!r}" if default is not inspect._empty else None)
+
+
+def _prescan_method(argv: list[str]) -> str | None:
+    """The method named by ``--method`` or in the ``--config`` file, before parsing."""
+    for i, arg in enumerate(argv):
+        if arg == "--method" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--method="):
+            return arg.split("=", 1)[1]
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith("--config=") else None)
+        if path and Path(path).exists():
+            try:
+                return load_yaml(path).get("method")
+            except ValueError:
+                return None
+    return None
+
+
+def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from . import run
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+             if hasattr(args, f.name)}
+    hyper = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
+             if k.startswith(HYPER_PREFIX)}
+    progress = not args.no_progress
+    if args.resume:
+        if given or hyper or args.config or args.out or args.overwrite:
+            raise ValueError("--resume DIR takes every option from DIR/config.yaml; pass no "
+                             "other options (to change them, start a new run with --out)")
+        return _print_metrics(run.resume(args.resume, progress=progress).metrics,
+                              Path(args.resume))
+    values: dict[str, Any] = {}
+    if args.config:
+        values = load_yaml(args.config)
+        check_keys(values, [f.name for f in dataclasses.fields(RunConfig)], args.config)
+    values.update(given)
+    if "method" not in values:
+        parser.error("--method is required (or set `method:` in --config); methods: "
+                     + ", ".join(sorted(algorithms.METHODS)))
+    values["hyper"] = {**(values.get("hyper") or {}), **hyper}
+    if args.out is None:
+        parser.error("--out DIR is required (the run directory to write)")
+    cfg = RunConfig(**values)
+    output = run.fit(cfg, args.out, overwrite=args.overwrite, progress=progress)
+    return _print_metrics(output.metrics, Path(args.out))
+
+
+def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentParser) -> None:
+    valid = [a for action in parser._actions for a in action.option_strings]  # noqa: SLF001
+    close = difflib.get_close_matches(option.split("=")[0], valid, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    if method in algorithms.METHODS:
+        opts = ", ".join("--" + n.replace("_", "-") for n in method_hyperparameters(method))
+        hint += f" (options of method {method!r}: {opts or 'none'})"
+    parser.error(f"unrecognized option {option}{hint}")
+
+
+def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
+    print(f"run directory: {run_dir}")
+    for key, value in values.items():
+        text = f"{value:.4f}" if isinstance(value, float) else str(value)
+        print(f"  {key:<12} {text}")
+    print(f"report: {run_dir / 'report.md'}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from . import run
+
+    return _print_metrics(run.evaluate(args.run_dir, ood=args.ood), Path(args.run_dir))
+
+
+def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
+    command = "bdlkit " + " ".join(argv)
+    bench.run_suite(args.suite, args.out, quick=args.quick, seed=args.seed, command=command)
+    print((Path(args.out) / "results.md").read_text())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .bench import digits
+
+    print(f"bdlkit demo: every method on an MLP on scikit-learn digits ({args.steps} steps "
+          "each)", file=sys.stderr)
+    rows = digits.run(Path(args.out), seed=args.seed, steps=args.steps,
+                      command=f"bdlkit demo --steps {args.steps} --seed {args.seed}")
+    print(f"{'method':<8} {'accuracy':>9} {'NLL':>8} {'ECE':>8} {'train (s)':>10} "
+          f"{'eval (s)':>9}")
     for r in rows:
-        print(f"{r['method']:<8} {r['accuracy']:>9.4f} {r['nll']:>8.4f} {r['seconds']:>9.1f}")
-    if any(math.isnan(float(r["nll"])) for r in rows):
-        raise SystemExit("demo produced NaN metrics")
-    return rows
+        print(f"{r['method']:<8} {r['accuracy']:>9.4f} {r['nll']:>8.4f} {r['ece']:>8.4f} "
+              f"{r['train_s']:>10.2f} {r['eval_s']:>9.2f}")
+    print(f"report: {Path(args.out) / 'report.md'}")
+    return 0
 
 
 def list_components() -> None:
-    """Print the methods, models and datasets bdlkit knows."""
+    """Print the methods, models, data sets and benchmark suites bdlkit knows."""
     print("methods:")
     for name in sorted(algorithms.METHODS):
-        print(f"  {name:<14} {algorithms.DESCRIPTIONS.get(name, '')}")
+        kind = algorithms.kind_of(name)
+        print(f"  {name:<14} [{kind}] {algorithms.DESCRIPTIONS.get(name, '')}")
     print("models:")
     for name in sorted(models.MODELS):
         doc = (models.MODELS[name].__doc__ or "").strip().splitlines()
@@ -57,30 +196,79 @@ def list_components() -> None:
     print("datasets:")
     for name, desc in data.DATASETS.items():
         print(f"  {name:<44} {desc}")
+    print("benchmark suites:")
+    for name, desc in bench.DESCRIPTIONS.items():
+        print(f"  {name:<14} {desc}")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    parser = argparse.ArgumentParser(prog="bdlkit", description="Bayesian deep learning made "
+                                     "practical.", epilog=__doc__.split("Examples::")[1],
+                                     formatter_class=_FORMATTER)
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = _fit_parser(sub)
+    p = sub.add_parser("evaluate", help="recompute metrics.json and report.md of a run",
+                       epilog="examples:\n  bdlkit evaluate runs/sgld\n  bdlkit evaluate "
+                       "runs/mnist --ood notmnist", formatter_class=_FORMATTER)
+    p.add_argument("run_dir", metavar="DIR", help="a run directory written by bdlkit fit")
+    p.add_argument("--ood", metavar="DATA", help="OOD data set for entropy AUROC")
+    p = sub.add_parser("bench", help="run a benchmark suite side by side",
+                       epilog="examples:\n  bdlkit bench digits --quick --out "
+                       "benchmarks/results/digits\n\nsuites: " + ", ".join(bench.SUITES),
+                       formatter_class=_FORMATTER)
+    p.add_argument("suite", help="suite name (see `bdlkit list`)")
+    p.add_argument("--quick", action="store_true", help="a short version for a smoke test")
+    p.add_argument("--out", required=True, metavar="DIR", help="where results are written")
+    p.add_argument("--seed", type=int, default=0)
+    sub.add_parser("list", help="list methods, models, data sets and suites",
+                   epilog="example:\n  bdlkit list", formatter_class=_FORMATTER)
+    p = sub.add_parser("demo", help="compare every method on digits (< 3 minutes)",
+                       epilog="example:\n  bdlkit demo --steps 1500 --out runs/demo",
+                       formatter_class=_FORMATTER)
+    p.add_argument("--steps", type=int, default=1500, help="steps per method")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/demo", metavar="DIR",
+                   help="where the report goes (replaced on each demo)")
+    return parser, fit
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="bdlkit",
-        description="Bayesian deep learning made practical.",
-        epilog="Examples:\n  bdlkit list\n  bdlkit demo --steps 1500",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser(
-        "demo",
-        help="compare the available methods on digits",
-        epilog="Example: bdlkit demo --steps 1500 --seed 0",
-    )
-    p_demo.add_argument("--steps", type=int, default=1500, help="steps per method")
-    p_demo.add_argument("--seed", type=int, default=0)
-    sub.add_parser("list", help="list methods, models and datasets", epilog="Example: bdlkit list")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        demo(steps=args.steps, seed=args.seed)
-    elif args.command == "list":
+    parser, fit_parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    method = _prescan_method(argv) if argv[:1] == ["fit"] else None
+    if method in algorithms.METHODS:
+        _add_method_options(fit_parser, method)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.command == "fit":
+            _unknown_option(extra[0], method, fit_parser)
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "fit":
+            return cmd_fit(args, fit_parser)
+        if args.command == "evaluate":
+            return cmd_evaluate(args)
+        if args.command == "bench":
+            return cmd_bench(args, argv)
+        if args.command == "demo":
+            return cmd_demo(args)
         list_components()
-    return 0
+        return 0
+    except Interrupted as err:
+        run_dir = err.checkpoint.parent.parent if err.checkpoint else None
+        print(f"\nbdlkit: {err}", file=sys.stderr)
+        if run_dir is not None:
+            print(f"resume with: bdlkit fit --resume {run_dir}", file=sys.stderr)
+        return 130
+    except NonFiniteError as err:
+        print(f"bdlkit: stopped: {err}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CorruptFileError,
+            data.DataNotFoundError) as err:
+        if os.environ.get("BDLKIT_DEBUG"):
+            raise
+        print(f"bdlkit: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

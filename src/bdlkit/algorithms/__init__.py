@@ -1,6 +1,7 @@
 """Inference algorithms, one per file, each with ``build(problem, **hyper)``.
 
-``METHODS`` maps a method name to its module; later capabilities add files here.
+``METHODS`` maps a method name to its module (which defines ``KIND`` and
+``build``); later capabilities add files here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ DESCRIPTIONS: dict[str, str] = {
     "map": "MAP point estimate with Adam or SGD (a deterministic baseline)",
     "sgld": "stochastic gradient Langevin dynamics (Welling & Teh 2011)",
 }
+
+
+def kind_of(name: str) -> str:
+    """``"optimizer"``, ``"sampler"`` or ``"vi"``: what method ``name`` produces."""
+    return get_method(name).KIND
 
 
 def get_method(name: str) -> ModuleType:

@@ -20,6 +20,8 @@ from ..schedules import Schedule, resolve
 from ..tree import TensorTree, detach_clone, pytree_dataclass, tree_map
 from ..types import Batch, Info, Problem
 
+KIND = "optimizer"  # what the algorithm returns: see bdlkit.types.Algorithm
+
 
 @pytree_dataclass
 class MAPState:
@@ -37,7 +39,7 @@ class MAP:
     optimizer: str = "adam"
     momentum: float = 0.9
     name: str = "map"
-    kind: str = "optimizer"
+    kind: str = KIND
 
     def __post_init__(self) -> None:
         kwargs: dict[str, Any] = {"momentum": self.momentum} if self.optimizer == "sgd" else {}

@@ -23,6 +23,8 @@ from ..schedules import Schedule, resolve
 from ..tree import TensorTree, detach_clone, device_of, pytree_dataclass, randn_like, tree_map
 from ..types import Batch, Info, Problem
 
+KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
+
 
 @pytree_dataclass
 class SGLDState:
@@ -36,7 +38,7 @@ class SGLD:
     problem: Problem
     lr: float | Schedule = 0.1
     name: str = "sgld"
-    kind: str = "sampler"
+    kind: str = KIND
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> SGLDState:
         if params is None:

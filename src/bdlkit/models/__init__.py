@@ -38,7 +38,35 @@ def build_model(name: str, **kwargs: object) -> nn.Module:
     return factory(**kwargs)
 
 
+def build_for_data(
+    name: str, input_shape: tuple[int, ...], out_features: int, **kwargs: object
+) -> nn.Module:
+    """Build model ``name`` for inputs of ``input_shape`` and ``out_features`` outputs.
+
+    Used by the CLI: the input and output sizes come from the data set, the remaining
+    constructor options from ``kwargs``. Image models need ``(C, H, W)`` inputs.
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
+    shape = tuple(int(s) for s in input_shape)
+    if name == "mlp":
+        return MLP(shape, out_features, **kwargs)
+    if len(shape) != 3:
+        raise ValueError(
+            f"model {name!r} needs image inputs (channels, height, width), but the data have "
+            f"shape {shape}; use --model mlp"
+        )
+    if name == "cnn":
+        return ConvNet(in_shape=shape, num_classes=out_features, **kwargs)
+    if name == "resnet20_frn":
+        return resnet20_frn(num_classes=out_features, in_channels=shape[0], **kwargs)
+    if shape[1] != shape[2]:
+        raise ValueError(f"model 'vit' needs square images, got {shape}")
+    return ViT(image_size=shape[1], in_channels=shape[0], num_classes=out_features, **kwargs)
+
+
 __all__ = [
+    "build_for_data",
     "MODELS",
     "MLP",
     "BasicBlockFRN",

@@ -1,0 +1,33 @@
+"""Benchmark suites: ``bdlkit bench SUITE [--quick] --out DIR``.
+
+A suite runs several methods side by side in one process and writes
+``DIR/results.json`` and ``DIR/results.md`` (a table, the command that produced it
+and the machine), plus one run directory per method under ``DIR/runs/``. Later
+capabilities register their suites in :data:`SUITES`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import digits
+
+Suite = Callable[..., list[dict[str, Any]]]
+
+SUITES: dict[str, Suite] = {"digits": digits.run}
+DESCRIPTIONS: dict[str, str] = {"digits": digits.DESCRIPTION}
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise ValueError(f"unknown benchmark suite {name!r}; valid suites: {', '.join(SUITES)}")
+    return SUITES[name]
+
+
+def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,
+              command: str | None = None, echo: bool = True) -> list[dict[str, Any]]:
+    """Run suite ``name`` into ``out``; returns its rows (also written as JSON and Markdown)."""
+    return get_suite(name)(Path(out), quick=quick, seed=seed, command=command, echo=echo)

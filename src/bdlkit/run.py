@@ -1,0 +1,313 @@
+"""Run directories: ``bdlkit fit`` / ``bdlkit evaluate`` from a :class:`~bdlkit.config.RunConfig`.
+
+The data flow of one run, top to bottom::
+
+    config → data set → network + likelihood + prior (BayesianModel) → algorithm
+           → Runner (log.jsonl, checkpoints/, samples/) → Result → BMA predictive
+           → metrics.json → report.md (+ reliability.png, history.png)
+
+A run directory holds ``config.yaml`` (the fully resolved configuration),
+``log.jsonl``, ``checkpoints/``, ``samples/`` (samplers), ``metrics.json`` and
+``report.md``. ``metrics.json`` holds only quantities that are a deterministic
+function of the configuration (no wall times), so an interrupted and resumed run
+writes exactly the same file as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import data as data_module
+from . import metrics, report
+from .algorithms import get_method
+from .checkpoint import latest_checkpoint, load_checkpoint
+from .collect import DiskStore
+from .config import RunConfig, load_yaml, resolved_hyper, save_yaml
+from .models import build_for_data
+from .problems import BayesianModel
+from .problems.likelihoods import Gaussian
+from .result import Result
+from .runner import Runner, default_store, read_log
+from .serialization import load_json, save_json, state_from_tensors
+
+TASKS = ("classification", "regression")
+
+
+# ---------------------------------------------------------------------- building blocks
+def load_dataset(cfg: RunConfig) -> Any:
+    """The data set of ``cfg`` on ``cfg.device``; only classification and regression."""
+    ds = data_module.load(cfg.data, root=cfg.data_root, **cfg.data_kwargs)
+    task = getattr(ds, "task", None)
+    if task not in TASKS:
+        raise ValueError(
+            f"bdlkit fit trains networks on classification or regression data; {cfg.data!r} "
+            f"is {task or type(ds).__name__}. Use the Python API (bdlkit.infer) for Targets "
+            "and forecasting windows"
+        )
+    if cfg.device != "cpu":
+        ds = ds.to(cfg.device) if hasattr(ds, "to") else ds
+    return ds
+
+
+def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
+    """Network (seeded by ``cfg.seed``), likelihood and prior for ``ds``."""
+    classification = ds.task == "classification"
+    out = ds.num_classes if classification else math.prod(ds.y_train.shape[1:]) or 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
+    net = net.to(cfg.device)
+    likelihood = "categorical" if classification else Gaussian(learn_noise=True)
+    return BayesianModel(
+        net, likelihood, prior=cfg.prior_scale, num_data=ds.num_train,
+        temperature=cfg.temperature,
+    )
+
+
+def eval_split(ds: Any) -> tuple[Tensor, Tensor]:
+    """Held-out data for evaluation during training: validation if any, else test."""
+    if getattr(ds, "x_val", None) is not None and len(ds.x_val):
+        return ds.x_val, ds.y_val
+    return ds.x_test, ds.y_test
+
+
+def predictive_metrics(pred: Any, y: Tensor, ds: Any) -> dict[str, float]:
+    """Test metrics of a predictive: class probabilities or a GaussianPredictive."""
+    if ds.task == "classification":
+        return metrics.classification_metrics(pred, y)
+    scale = float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
+    return metrics.regression_metrics(pred, y, y_scale=scale)
+
+
+def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
+    """``params -> metrics`` of the single network ``params`` on the held-out split."""
+    x, y = eval_split(ds)
+
+    @torch.no_grad()
+    def evaluate(params: Any) -> dict[str, float]:
+        preds = [problem.predictive(params, x[i : i + chunk]) for i in range(0, len(x), chunk)]
+        if isinstance(preds[0], Tensor):
+            pred = torch.cat(preds)
+        else:
+            pred = type(preds[0])(torch.cat([p.mean for p in preds]),
+                                  torch.cat([p.var for p in preds]))
+        return {k: v for k, v in predictive_metrics(pred, y, ds).items() if k in ("accuracy",
+                                                                             "nll", "rmse")}
+
+    return evaluate
+
+
+def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False):
+    """Data, problem, algorithm and Runner of ``cfg``, built the same way for a fresh run,
+    a resume and ``evaluate``. Nothing is written; call :func:`attach_store` next."""
+    ds = load_dataset(cfg)
+    problem = build_problem(cfg, ds)
+    algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
+    runner = Runner(
+        algorithm, ds, seed=cfg.seed, batch_size=cfg.batch_size, run_dir=run_dir,
+        log_every=cfg.log_every,
+        eval_fn=point_eval_fn(problem, ds) if cfg.eval_every else None,
+        eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
+        checkpoint_seconds=60.0 * cfg.checkpoint_minutes, progress=progress,
+    )
+    total = runner.num_steps(cfg.steps, cfg.epochs)
+    if runner.checkpoint_every is None:
+        runner.checkpoint_every = max(1, total // 10)
+    return runner, problem, ds, total
+
+
+def attach_store(runner: Runner, cfg: RunConfig, total: int) -> None:
+    """Give a sampler run its disk-backed sample store under ``run_dir/samples``."""
+    if runner.algorithm.kind == "sampler":
+        runner.store = default_store(
+            total, False, runner.run_dir, cfg.burnin, cfg.thin, cfg.max_samples
+        )
+
+
+def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
+    """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
+    values = cfg.to_dict()
+    values["hyper"] = resolved_hyper(cfg.method, cfg.hyper)
+    values["checkpoint_every"] = runner.checkpoint_every
+    if runner.store is not None:
+        store = runner.store
+        values.update(burnin=store.burnin, thin=store.thin, max_samples=store.max_samples)
+    return RunConfig(**values)
+
+
+# ---------------------------------------------------------------------- run directories
+def prepare_out(out: str | os.PathLike, overwrite: bool) -> Path:
+    """Create ``out``; refuse an existing non-empty folder unless ``overwrite`` (a run dir only)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not overwrite:
+            raise FileExistsError(
+                f"output folder {out} already exists; pass --resume {out} to continue that "
+                "run, --overwrite to replace it, or choose another --out"
+            )
+        if not (out / "config.yaml").exists():
+            raise FileExistsError(
+                f"{out} exists and is not a bdlkit run directory (no config.yaml); refusing "
+                "to delete it with --overwrite: choose another --out"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What ``fit``/``resume`` return: test metrics, the result and the time split."""
+
+    metrics: dict[str, Any]
+    result: Result
+    run_dir: Path
+    train_seconds: float  # the runner's wall time, summed over resumes
+    eval_seconds: float  # BMA predictive, metrics, plots and report
+
+
+def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
+        progress: bool = False) -> RunOutput:
+    """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics."""
+    runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
+    run_dir = prepare_out(out, overwrite)
+    attach_store(runner, cfg, total)
+    cfg = resolved(cfg, runner)
+    save_yaml(run_dir / "config.yaml", cfg.to_dict())
+    result = runner.fit(total, config={"hyper": cfg.hyper})
+    return _finish(result, cfg, ds, run_dir)
+
+
+def resume(run_dir: str | os.PathLike, *, progress: bool = False) -> RunOutput:
+    """Continue the run in ``run_dir`` from its newest checkpoint; returns the metrics."""
+    run_dir = Path(run_dir)
+    cfg = read_config(run_dir)
+    runner, problem, ds, total = build_runner(cfg, run_dir, progress)
+    attach_store(runner, cfg, total)
+    result = runner.fit(total, resume=True, config={"hyper": cfg.hyper})
+    return _finish(result, cfg, ds, run_dir)
+
+
+def _finish(result: Result, cfg: RunConfig, ds: Any, run_dir: Path) -> RunOutput:
+    start = time.perf_counter()
+    values = evaluate_result(result, cfg, ds, run_dir)
+    return RunOutput(values, result, run_dir, float(result.config["wall_time_s"]),
+                     time.perf_counter() - start)
+
+
+def read_config(run_dir: Path) -> RunConfig:
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"{run_dir} is not a bdlkit run directory (no config.yaml)")
+    return RunConfig.from_dict(load_yaml(run_dir / "config.yaml"), f"{run_dir}/config.yaml")
+
+
+def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
+    """Rebuild the final :class:`Result` of a finished run from its directory."""
+    run_dir = Path(run_dir)
+    cfg = read_config(run_dir)
+    runner, problem, ds, total = build_runner(cfg, run_dir)
+    path = latest_checkpoint(run_dir / "checkpoints")
+    if path is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint: the run never started")
+    ckpt = load_checkpoint(path)
+    if ckpt.step != total:
+        raise ValueError(
+            f"{run_dir} stopped at step {ckpt.step} of {total}; finish it first with "
+            f"`bdlkit fit --resume {run_dir}`"
+        )
+    state = state_from_tensors(runner.initial_state(), ckpt.state)
+    store = DiskStore.open(run_dir / "samples") if runner.algorithm.kind == "sampler" else None
+    history = read_log(run_dir / "log.jsonl")
+    config = {"method": cfg.method, "kind": runner.algorithm.kind, "steps": total,
+              "hyper": cfg.hyper, "wall_time_s": ckpt.meta.get("elapsed_s")}
+    return Result(problem, runner.algorithm, state, store, history, config), cfg, ds
+
+
+def evaluate(run_dir: str | os.PathLike, *, ood: str | None = None) -> dict[str, float]:
+    """Recompute ``metrics.json`` and ``report.md`` of a finished run (optionally with OOD data)."""
+    result, cfg, ds = load_run(run_dir)
+    return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood)
+
+
+def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path,
+                    ood: str | None = None) -> dict[str, float]:
+    """Test (and OOD) metrics of ``result``; writes ``metrics.json``, plots and ``report.md``."""
+    pred = result.predict(ds.x_test, num_samples=cfg.eval_samples)
+    values: dict[str, Any] = dict(predictive_metrics(pred, ds.y_test, ds))
+    values["num_test"] = len(ds.y_test)
+    values["num_draws"] = _num_draws(result, cfg)
+    if ood is not None:
+        values.update(ood_metrics(result, cfg, ds, pred, ood))
+    save_json(run_dir / "metrics.json", values)
+    plots = []
+    if ds.task == "classification":
+        if report.reliability_diagram(pred, ds.y_test, run_dir / "reliability.png",
+                                      title=f"{cfg.method} on {cfg.data}"):
+            plots.append("reliability.png")
+    keys = ["log_prob"] + sorted({k for e in result.history for k in e if k.startswith("eval/")})
+    if report.history_plot(result.history, run_dir / "history.png", keys):
+        plots.append("history.png")
+    write_report(run_dir, cfg, values, result, plots)
+    return values
+
+
+def ood_metrics(result: Result, cfg: RunConfig, ds: Any, pred: Tensor, name: str) -> dict:
+    """AUROC of the BMA predictive entropy for in-distribution test vs ``name`` (OOD) inputs."""
+    if ds.task != "classification":
+        raise ValueError("--ood needs a classification run")
+    ood_ds = data_module.load(name, root=cfg.data_root)
+    x_ood = ood_ds.x_test if len(ood_ds.x_test) else ood_ds.x_train
+    if tuple(x_ood.shape[1:]) != tuple(ds.x_test.shape[1:]):
+        raise ValueError(
+            f"OOD data {name!r} has inputs of shape {tuple(x_ood.shape[1:])}, the run's data "
+            f"{tuple(ds.x_test.shape[1:])}; pick an OOD set of the same shape (mnist: notmnist)"
+        )
+    pred_ood = result.predict(x_ood.to(ds.x_test.device), num_samples=cfg.eval_samples)
+    return {"ood_auroc": metrics.ood_auroc(pred, pred_ood), "ood_data": name}
+
+
+def _num_draws(result: Result, cfg: RunConfig) -> int:
+    if result.kind == "sampler":
+        return result.num_kept
+    return cfg.eval_samples if result.kind == "vi" else 1
+
+
+def write_report(run_dir: Path, cfg: RunConfig, values: dict[str, Any], result: Result,
+                 plots: list[str]) -> None:
+    """``report.md``: metrics, run summary, configuration and plots."""
+    last = result.history[-1] if result.history else {}
+    wall = result.config.get("wall_time_s")
+    rows = [{"metric": k, "value": v} for k, v in values.items()]
+    summary = [
+        {"item": "method", "value": f"{cfg.method} ({result.kind})"},
+        {"item": "model / data", "value": f"{cfg.model} / {cfg.data}"},
+        {"item": "steps", "value": result.config.get("steps")},
+        {"item": "draws averaged", "value": values.get("num_draws")},
+        {"item": "final log density (minibatch)", "value": last.get("log_prob", "n/a")},
+        {"item": "wall time (s)", "value": f"{wall:.1f}" if wall is not None else "n/a"},
+    ]
+    text = [
+        f"# bdlkit run: {cfg.method} on {cfg.data} ({cfg.model})\n",
+        f"Reproduce: `bdlkit fit --config {run_dir / 'config.yaml'} --out NEW_DIR`\n",
+        "## Test metrics\n", report.markdown_table(rows), "",
+        "## Run\n", report.markdown_table(summary), "",
+        "## Configuration\n", "```yaml", (run_dir / "config.yaml").read_text().rstrip(), "```", "",
+    ]
+    if plots:
+        text += ["## Plots\n"] + [f"![{p}]({p})" for p in plots] + [""]
+    from .serialization import atomic_write_bytes
+
+    atomic_write_bytes(run_dir / "report.md", ("\n".join(text) + "\n").encode())
+
+
+def read_metrics(run_dir: str | os.PathLike) -> dict[str, Any]:
+    return load_json(Path(run_dir) / "metrics.json")

@@ -1,0 +1,547 @@
+"""The ``bdlkit`` command line, end to end on the embedded ``digits`` data set.
+
+Every run is short (<= 60 steps of a 64-100-10 MLP, except the divergence tests, which
+stop within a few dozen steps). A finished SGLD run is built once per module and copied
+before a test changes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bdlkit import algorithms, bench, data, models
+from bdlkit.bench import digits
+from bdlkit.checkpoint import list_checkpoints, load_checkpoint
+from bdlkit.cli import main
+from bdlkit.config import load_yaml
+
+PNG = b"\x89PNG\r\n\x1a\n"
+QUICK = ["--steps", "20", "--log-every", "5", "--no-progress"]
+ACCEPTANCE = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "60",
+              "--seed", "0", "--out", "{out}", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """The acceptance command's run directory, with its exit code and stdout."""
+    out = tmp_path_factory.mktemp("acceptance") / "run"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        rc = main([a.format(out=out) for a in ACCEPTANCE])
+    return out, rc, stdout.getvalue()
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path):
+    """A private copy of the finished run, safe to modify."""
+    dst = tmp_path / "run"
+    shutil.copytree(finished_run[0], dst)
+    return dst
+
+
+def fit(out: Path, *extra: str, method: str = "sgld") -> int:
+    return main(["fit", "--method", method, "--out", str(out), *QUICK, *extra])
+
+
+def error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("bdlkit: ")]
+    assert lines, err
+    return lines[-1]
+
+
+# ---------------------------------------------------------------------- acceptance
+def test_acceptance_run_directory(finished_run):
+    out, rc, stdout = finished_run
+    assert rc == 0
+    assert f"run directory: {out}" in stdout
+
+    values = json.loads((out / "metrics.json").read_text())
+    for key in ("accuracy", "nll", "ece"):
+        assert isinstance(values[key], float), key
+        assert math.isfinite(values[key]), key
+    assert 0.0 <= values["accuracy"] <= 1.0
+    assert 0.0 <= values["ece"] <= 1.0
+    assert values["nll"] > 0
+    assert values["accuracy"] > 0.3  # 60 SGLD steps learn something (chance is 0.1)
+    for key in ("accuracy", "nll", "ece"):
+        assert key in stdout
+
+    text = (out / "report.md").read_text()
+    for key in ("accuracy", "nll", "ece"):
+        assert key in text
+    assert f"{values['accuracy']:.4f}" in text
+    assert "sgld" in text and "digits" in text
+
+    cfg = load_yaml(out / "config.yaml")
+    assert cfg["method"] == "sgld" and cfg["model"] == "mlp" and cfg["data"] == "digits"
+    assert cfg["steps"] == 60 and cfg["seed"] == 0
+    assert isinstance(cfg["hyper"]["lr"], float)
+    for key in ("burnin", "thin", "max_samples", "checkpoint_every"):
+        assert isinstance(cfg[key], int), key
+    assert 0 <= cfg["burnin"] < 60 and cfg["thin"] >= 1 and cfg["max_samples"] >= 1
+    assert 1 <= cfg["checkpoint_every"] <= 60
+
+    lines = (out / "log.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    steps = [e["step"] for e in entries]
+    assert steps == sorted(set(steps)) and steps[-1] == 60
+    assert steps == list(range(cfg["log_every"], 61, cfg["log_every"]))
+    assert all(math.isfinite(e["log_prob"]) for e in entries)
+
+    ckpts = list((out / "checkpoints").iterdir())
+    assert len(ckpts) == 1
+    assert load_checkpoint(ckpts[0]).step == 60
+
+    manifest = json.loads((out / "samples" / "manifest.json").read_text())
+    assert isinstance(manifest, dict)
+    assert values["num_draws"] >= 1
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "reliability.png").read_bytes().startswith(PNG)
+
+
+def test_resume_of_finished_run_gives_identical_metrics(finished_run, run_copy, capsys):
+    before = (finished_run[0] / "metrics.json").read_bytes()
+    log = (run_copy / "log.jsonl").read_text()
+    (run_copy / "metrics.json").unlink()
+    assert main(["fit", "--resume", str(run_copy), "--no-progress"]) == 0
+    assert (run_copy / "metrics.json").read_bytes() == before
+    assert (run_copy / "log.jsonl").read_text() == log
+    assert "accuracy" in capsys.readouterr().out
+
+
+def test_evaluate_rewrites_identical_metrics(finished_run, run_copy, capsys):
+    before = (finished_run[0] / "metrics.json").read_bytes()
+    (run_copy / "metrics.json").write_text("{}")
+    (run_copy / "report.md").unlink()
+    assert main(["evaluate", str(run_copy)]) == 0
+    assert (run_copy / "metrics.json").read_bytes() == before
+    assert "accuracy" in (run_copy / "report.md").read_text()
+    assert "accuracy" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- bad input
+def test_unknown_method_lists_valid_names(tmp_path, capsys):
+    assert main(["fit", "--method", "sgdl", "--steps", "5", "--out", str(tmp_path / "r")]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("bdlkit: error:") and "'sgdl'" in line
+    for name in algorithms.METHODS:
+        assert name in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_model_lists_valid_names(tmp_path, capsys):
+    assert fit(tmp_path / "r", "--model", "mlpp") == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("bdlkit: error:") and "'mlpp'" in line
+    for name in models.MODELS:
+        assert name in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_unknown_data_set_lists_valid_names(tmp_path, capsys):
+    assert fit(tmp_path / "r", "--data", "digitz") == 2
+    err = capsys.readouterr().err
+    assert "bdlkit: error:" in err and "'digitz'" in err
+    for name in ("digits", "mnist", "notmnist", "uci/boston"):
+        assert name in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_misspelled_option_suggests(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--method", "sgld", "--stpes", "5", "--out", str(tmp_path / "r")])
+    assert info.value.code == 2
+    assert "did you mean --steps" in capsys.readouterr().err
+
+
+def test_misspelled_method_option_suggests(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--method", "sgld", "--lrr", "0.1", "--steps", "5",
+              "--out", str(tmp_path / "r")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "did you mean --lr" in err and "--lrr" in err
+
+
+def test_method_option_of_another_method_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--method", "sgld", "--optimizer", "sgd", "--steps", "5",
+              "--out", str(tmp_path / "r")])
+    assert info.value.code == 2
+    assert "--optimizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["fit", "--steps", "5", "--out", "x"], "--method is required"),
+    (["fit", "--method", "sgld", "--steps", "5"], "--out DIR is required"),
+])
+def test_missing_required_option(argv, needle, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_steps_and_epochs_conflict(tmp_path, capsys):
+    assert fit(tmp_path / "r", "--epochs", "1") == 2
+    assert "exactly one of steps or epochs" in error_line(capsys.readouterr().err)
+
+
+def test_misspelled_key_in_config_file(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nstesp: 20\n")
+    assert main(["fit", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "'stesp'" in line and "did you mean 'steps'" in line and str(path) in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_misspelled_hyperparameter_in_config_file(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nsteps: 20\nhyper: {lrr: 0.1}\n")
+    assert main(["fit", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "'lrr'" in line and "did you mean 'lr'" in line
+
+
+def test_invalid_config_file(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nsteps: [20\n")
+    assert main(["fit", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    assert "not valid YAML" in error_line(capsys.readouterr().err)
+    missing = tmp_path / "missing.yaml"
+    assert main(["fit", "--config", str(missing), "--out", str(tmp_path / "r")]) == 2
+    assert "does not exist" in error_line(capsys.readouterr().err)
+
+
+def test_existing_out_dir_needs_resume_or_overwrite(run_copy, capsys):
+    before = (run_copy / "metrics.json").read_bytes()
+    assert fit(run_copy) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "--resume" in line and "--overwrite" in line and str(run_copy) in line
+    assert (run_copy / "metrics.json").read_bytes() == before  # untouched
+
+    assert fit(run_copy, "--overwrite") == 0
+    cfg = load_yaml(run_copy / "config.yaml")
+    assert cfg["steps"] == 20
+    assert [p.name for p in list_checkpoints(run_copy / "checkpoints")] == [
+        "step-000000020.safetensors"
+    ]
+    assert json.loads((run_copy / "log.jsonl").read_text().splitlines()[-1])["step"] == 20
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("do not delete")
+    (out / "sub").mkdir()
+    (out / "sub" / "data.csv").write_text("1,2\n")
+    assert fit(out, "--overwrite") == 2
+    line = error_line(capsys.readouterr().err)
+    assert "config.yaml" in line and str(out) in line
+    assert (out / "thesis.tex").read_text() == "do not delete"
+    assert (out / "sub" / "data.csv").read_text() == "1,2\n"
+    assert sorted(p.name for p in out.iterdir()) == ["sub", "thesis.tex"]
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "file.txt"
+    out.write_text("keep")
+    assert fit(out) == 2
+    assert fit(out, "--overwrite") == 2
+    assert out.read_text() == "keep"
+    capsys.readouterr()
+
+
+def test_empty_existing_out_dir_is_used(tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert fit(out) == 0
+    assert (out / "metrics.json").exists()
+
+
+def test_resume_refuses_other_options(run_copy, capsys):
+    before = (run_copy / "metrics.json").read_bytes()
+    assert main(["fit", "--resume", str(run_copy), "--steps", "100"]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "--resume" in line
+    assert (run_copy / "metrics.json").read_bytes() == before
+
+
+def test_resume_of_folder_without_checkpoint(run_copy, capsys):
+    shutil.rmtree(run_copy / "checkpoints")
+    assert main(["fit", "--resume", str(run_copy), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint" in error_line(err)
+    assert "Traceback" not in err
+
+
+def test_resume_of_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["fit", "--resume", str(tmp_path), "--no-progress"]) == 2
+    assert "not a bdlkit run directory" in error_line(capsys.readouterr().err)
+
+
+def test_corrupt_checkpoint_is_reported_clearly(run_copy, capsys):
+    (ckpt,) = list_checkpoints(run_copy / "checkpoints")
+    raw = ckpt.read_bytes()
+    ckpt.write_bytes(raw[: len(raw) // 2])
+    assert main(["fit", "--resume", str(run_copy), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    line = error_line(err)
+    assert line.startswith("bdlkit: error:")
+    assert "corrupt" in line and ckpt.name in line
+    assert "Traceback" not in err
+
+    assert main(["evaluate", str(run_copy)]) == 2  # evaluate reports it the same way
+    line = error_line(capsys.readouterr().err)
+    assert "corrupt" in line and ckpt.name in line
+
+
+def test_evaluate_of_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nope")]) == 2
+    assert "not a bdlkit run directory" in error_line(capsys.readouterr().err)
+
+
+def test_divergence_names_step_method_and_lr(tmp_path, capsys):
+    rc = main(["fit", "--method", "sgld", "--lr", "1e9", "--steps", "40", "--log-every", "5",
+               "--out", str(tmp_path / "r"), "--no-progress"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = error_line(err)
+    match = re.search(r"\bstep (\d+)", line)
+    assert match and 1 <= int(match.group(1)) <= 40, line
+    assert "sgld" in line and "lr" in line
+    assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+def test_divergence_names_last_good_checkpoint(tmp_path, capsys):
+    out = tmp_path / "r"
+    rc = main(["fit", "--method", "sgld", "--lr", "30", "--checkpoint-every", "5",
+               "--steps", "300", "--log-every", "5", "--out", str(out), "--no-progress"])
+    assert rc == 1
+    line = error_line(capsys.readouterr().err)
+    step = int(re.search(r"\bstep (\d+)", line).group(1))
+    match = re.search(r"last good checkpoint is (\S+\.safetensors)", line)
+    assert match, line
+    path = Path(match.group(1))
+    assert path.parent == out / "checkpoints"
+    ckpt = load_checkpoint(path)
+    assert ckpt.step % 5 == 0 and 0 < ckpt.step < step
+    assert all(torch.isfinite(t).all() for t in ckpt.state.values() if t.is_floating_point())
+
+
+# ---------------------------------------------------------------------- --config files
+def test_config_file_values_are_used(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nsteps: 12\nseed: 3\nlog_every: 4\nbatch_size: 64\n"
+                    "hyper: {lr: 0.05}\n")
+    out = tmp_path / "r"
+    assert main(["fit", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
+    cfg = load_yaml(out / "config.yaml")
+    assert (cfg["method"], cfg["steps"], cfg["seed"], cfg["log_every"], cfg["batch_size"]) == (
+        "sgld", 12, 3, 4, 64)
+    assert cfg["hyper"]["lr"] == 0.05
+    capsys.readouterr()
+
+
+def test_command_line_overrides_config_file(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nsteps: 12\nseed: 3\nlog_every: 4\nbatch_size: 64\n"
+                    "hyper: {lr: 0.05}\n")
+    out = tmp_path / "r"
+    argv = ["fit", "--config", str(path), "--steps", "8", "--seed", "1", "--lr", "0.02",
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    cfg = load_yaml(out / "config.yaml")
+    assert (cfg["steps"], cfg["seed"], cfg["hyper"]["lr"]) == (8, 1, 0.02)  # command line
+    assert (cfg["log_every"], cfg["batch_size"]) == (4, 64)  # file
+    steps = [json.loads(line)["step"] for line in (out / "log.jsonl").read_text().splitlines()]
+    assert steps == [4, 8]
+    capsys.readouterr()
+
+
+def test_config_file_scientific_notation_lr(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nsteps: 6\nlog_every: 3\nhyper: {lr: 1e-3}\n")
+    out = tmp_path / "r"
+    rc = main(["fit", "--config", str(path), "--out", str(out), "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    assert load_yaml(out / "config.yaml")["hyper"]["lr"] == 0.001
+
+
+# ---------------------------------------------------------------------- help and list
+def test_fit_method_help_shows_method_options(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--method", "sgld", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--lr" in out and "options of method 'sgld'" in out
+    assert "--steps" in out and "--resume" in out
+
+
+@pytest.mark.parametrize("command", [
+    "fit", "evaluate", "bench", "list", "demo",
+])
+def test_every_subcommand_help_has_an_example(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "example" in out.lower()
+    assert f"bdlkit {command}" in out
+
+
+def test_top_level_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("fit", "evaluate", "bench", "list", "demo"):
+        assert command in out
+    assert "bdlkit fit --method" in out
+
+
+def test_list_prints_every_component(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for heading in ("methods:", "models:", "datasets:", "benchmark suites:"):
+        assert heading in out
+    names = [*algorithms.METHODS, *models.MODELS, *data.DATASETS, *bench.SUITES]
+    for name in names:
+        assert re.search(rf"^\s+{re.escape(name)}\s", out, re.MULTILINE), name
+    for name in algorithms.METHODS:
+        assert algorithms.kind_of(name) in out
+
+
+# ---------------------------------------------------------------------- bench and demo
+def test_bench_digits_suite(tmp_path):
+    # `bdlkit bench digits --quick` (300 steps per method) took 11-29 s here, so the
+    # suite runs directly with 30 steps.
+    out = tmp_path / "bench"
+    rows = digits.run(out, steps=30, echo=False)
+    methods = sorted(algorithms.METHODS)
+    assert [r["method"] for r in rows] == methods
+    results = json.loads((out / "results.json").read_text())
+    assert results["suite"] == "digits" and results["steps"] == 30 and results["seed"] == 0
+    assert [r["method"] for r in results["rows"]] == methods
+    for row in results["rows"]:
+        assert 0 <= row["accuracy"] <= 1 and 0 <= row["ece"] <= 1 and row["nll"] > 0
+        assert set(digits.COLUMNS) <= set(row)  # timing columns included
+    table = (out / "results.md").read_text()
+    assert (out / "report.md").read_text() == table
+    for column in digits.COLUMNS:
+        assert column in table
+    for method in methods:
+        assert f"| {method} |" in table
+        run_dir = out / "runs" / method
+        assert (run_dir / "metrics.json").exists() and (run_dir / "config.yaml").exists()
+        assert load_yaml(run_dir / "config.yaml")["steps"] == 30
+    assert sorted(p.name for p in (out / "runs").iterdir()) == methods
+
+
+def _fake_suite(calls: list):
+    def suite(out: Path, *, quick: bool, seed: int, command: str | None, echo: bool):
+        calls.append({"out": out, "quick": quick, "seed": seed, "command": command})
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.md").write_text("| method |\n| fake |\n")
+        return []
+    return suite
+
+
+def test_bench_command_runs_the_suite_and_prints_results(tmp_path, monkeypatch, capsys):
+    calls: list = []
+    monkeypatch.setitem(bench.SUITES, "digits", _fake_suite(calls))
+    out = tmp_path / "b"
+    assert main(["bench", "digits", "--quick", "--seed", "4", "--out", str(out)]) == 0
+    assert len(calls) == 1
+    assert calls[0]["out"] == out and calls[0]["quick"] is True and calls[0]["seed"] == 4
+    assert "| fake |" in capsys.readouterr().out
+
+
+def test_bench_command_records_the_command_given_to_main(tmp_path, monkeypatch, capsys):
+    calls: list = []
+    monkeypatch.setitem(bench.SUITES, "digits", _fake_suite(calls))
+    monkeypatch.setattr(sys, "argv", ["python", "-m", "pytest", "tests/test_cli.py"])
+    out = tmp_path / "b"
+    assert main(["bench", "digits", "--quick", "--out", str(out)]) == 0
+    command = calls[0]["command"]
+    assert command is None or ("bench digits" in command and str(out) in command), command
+
+
+def test_bench_unknown_suite(tmp_path, capsys):
+    assert main(["bench", "nope", "--out", str(tmp_path / "b")]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "'nope'" in line
+    for name in bench.SUITES:
+        assert name in line
+
+
+def test_demo_prints_a_table(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--steps", "30", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    lines = stdout.splitlines()
+    header = next(line for line in lines if line.split()[:1] == ["method"])
+    for column in ("accuracy", "NLL", "ECE"):
+        assert column in header.split()
+    for method in algorithms.METHODS:
+        row = next(line for line in lines if line.split()[:1] == [method])
+        accuracy, nll, ece = (float(v) for v in row.split()[1:4])
+        assert 0 <= accuracy <= 1 and nll > 0 and 0 <= ece <= 1
+    assert (out / "report.md").exists()
+    assert json.loads((out / "results.json").read_text())["steps"] == 30
+
+
+# ---------------------------------------------------------------------- OOD evaluation
+def _require(name: str, **kwargs):
+    try:
+        return data.load(name, **kwargs)
+    except data.DataNotFoundError as err:
+        pytest.skip(f"{name} data files are not available here: {err}")
+
+
+def test_evaluate_ood_on_mnist(tmp_path, capsys):
+    _require("mnist", train_size=200, test_size=100)
+    _require("notmnist")
+    out = tmp_path / "mnist"
+    # test_size keeps evaluation fast (the default 9 800 test images take ~15 s)
+    rc = main(["fit", "--method", "sgld", "--data", "mnist", "--data-kwargs",
+               '{"train_size": 200, "test_size": 1000}', "--steps", "20", "--log-every", "5",
+               "--out", str(out), "--no-progress"])
+    assert rc == 0
+    assert main(["evaluate", str(out), "--ood", "notmnist"]) == 0
+    values = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= values["ood_auroc"] <= 1.0
+    assert values["ood_data"] == "notmnist"
+    assert "ood_auroc" in capsys.readouterr().out
+    assert "ood_auroc" in (out / "report.md").read_text()
+
+
+def test_evaluate_ood_same_data_is_chance(run_copy, capsys):
+    assert main(["evaluate", str(run_copy), "--ood", "digits"]) == 0
+    values = json.loads((run_copy / "metrics.json").read_text())
+    assert values["ood_auroc"] == pytest.approx(0.5)  # identical inputs: no separation
+    assert values["ood_data"] == "digits"
+
+
+def test_evaluate_ood_of_another_shape_is_refused(run_copy, capsys):
+    _require("notmnist")
+    before = (run_copy / "metrics.json").read_bytes()
+    assert main(["evaluate", str(run_copy), "--ood", "notmnist"]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "shape" in line and "notmnist" in line and "(64,)" in line
+    assert (run_copy / "metrics.json").read_bytes() == before

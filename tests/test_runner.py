@@ -1,0 +1,189 @@
+"""Runner: logs, evaluation, checkpoints and bit-exact resume after a crash, Ctrl-C or NaN."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+import bdlkit
+from bdlkit.algorithms import get_method
+from bdlkit.checkpoint import latest_checkpoint, load_checkpoint
+from bdlkit.collect import DiskStore, MemoryStore
+from bdlkit.runner import Interrupted, NonFiniteError, Runner
+from bdlkit.serialization import state_to_tensors
+
+STEPS = 120
+
+
+@dataclass(frozen=True)
+class Faulty:
+    """Delegates to ``inner`` but misbehaves at step ``at``: crash, Ctrl-C or NaN."""
+
+    inner: Any
+    at: int
+    fault: str
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def step(self, state, batch):
+        if state.step == self.at:
+            if self.fault == "crash":
+                raise RuntimeError("simulated crash")
+            if self.fault == "sigint":
+                signal.raise_signal(signal.SIGINT)
+        new, info = self.inner.step(state, batch)
+        if self.fault == "nan" and state.step >= self.at:
+            info = {**info, "log_prob": torch.tensor(float("nan"))}
+        return new, info
+
+
+def _runner(blr, run_dir, method="sgld", wrap=None, **kw):
+    model, data, _, _ = blr
+    algorithm = get_method(method).build(model, lr=1e-3 if method == "sgld" else 1e-2)
+    if wrap is not None:
+        algorithm = Faulty(algorithm, *wrap)
+    runner = Runner(algorithm, data, seed=0, batch_size=16, run_dir=run_dir,
+                    checkpoint_every=25, log_every=5, **kw)
+    if algorithm.kind == "sampler":
+        runner.store = DiskStore(run_dir / "samples", burnin=30, thin=3, max_samples=12,
+                                 shard_size=4, exist_ok=True)
+    return runner
+
+
+def _same(a, b):
+    sa, sb = state_to_tensors(a.state), state_to_tensors(b.state)
+    assert set(sa) == set(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    if a.store is not None:
+        assert torch.equal(a.store.load(), b.store.load()) if isinstance(a.store.load(), torch.Tensor) \
+            else all(torch.equal(a.store.load()[k], b.store.load()[k]) for k in a.store.load())
+    strip = [{k: v for k, v in e.items() if k != "time_s"} for e in a.history]
+    assert strip == [{k: v for k, v in e.items() if k != "time_s"} for e in b.history]
+
+
+@pytest.mark.parametrize("method", ["sgld", "map"])
+def test_resume_after_a_crash_is_bit_exact(blr, tmp_path, method):
+    full = _runner(blr, tmp_path / "full", method).fit(STEPS)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _runner(blr, tmp_path / "cut", method, wrap=(87, "crash")).fit(STEPS)
+    assert load_checkpoint(latest_checkpoint(tmp_path / "cut" / "checkpoints")).step == 75
+    resumed = _runner(blr, tmp_path / "cut", method).fit(STEPS, resume=True)
+    _same(full, resumed)
+    if method == "sgld":
+        assert resumed.num_kept == 12
+        leftover = {p.name for p in (tmp_path / "cut" / "samples").glob("shard-*")}
+        assert leftover == {p.name for p in (tmp_path / "full" / "samples").glob("shard-*")}
+    log = [json.loads(line) for line in (tmp_path / "cut" / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == list(range(5, STEPS + 1, 5))
+
+
+def test_ctrl_c_checkpoints_and_resumes_exactly(blr, tmp_path):
+    full = _runner(blr, tmp_path / "full").fit(STEPS)
+    with pytest.raises(Interrupted) as info:
+        _runner(blr, tmp_path / "cut", wrap=(40, "sigint")).fit(STEPS)
+    assert info.value.step == 41 and info.value.checkpoint.name == "step-000000041.safetensors"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    _same(full, _runner(blr, tmp_path / "cut").fit(STEPS, resume=True))
+
+
+def test_nan_stops_naming_step_method_and_fix_and_keeps_last_good_checkpoint(blr, tmp_path):
+    with pytest.raises(NonFiniteError) as info:
+        _runner(blr, tmp_path, wrap=(60, "nan")).fit(STEPS)
+    text = str(info.value)
+    assert "step 61" in text and "sgld" in text and "lower lr" in text
+    assert "step-000000050.safetensors" in text
+    assert load_checkpoint(latest_checkpoint(tmp_path / "checkpoints")).step == 50
+
+
+def test_resume_refuses_a_different_configuration(blr, tmp_path):
+    _runner(blr, tmp_path).fit(50)
+    with pytest.raises(ValueError, match="total_steps=50"):
+        _runner(blr, tmp_path).fit(60, resume=True)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        _runner(blr, tmp_path / "empty").fit(50, resume=True)
+
+
+def test_eval_every_and_log_every(blr):
+    model, data, _, _ = blr
+    calls = []
+
+    def evaluate(params):
+        calls.append(1)
+        return {"rmse": 1.0}
+
+    algorithm = get_method("map").build(model)
+    res = Runner(algorithm, data, log_every=20, eval_fn=evaluate, eval_every=15).fit(60)
+    steps = [e["step"] for e in res.history]
+    assert steps == [15, 20, 30, 40, 45, 60]
+    assert len(calls) == 4 and all(("eval/rmse" in e) == (e["step"] % 15 == 0) for e in res.history)
+
+
+def test_epochs_and_memory_store(blr):
+    model, (x, y), _, _ = blr
+    runner = Runner(get_method("sgld").build(model, lr=1e-3), (x, y), batch_size=30,
+                    store=MemoryStore(burnin=2, thin=2))
+    assert runner.num_steps(epochs=3) == 12  # ceil(100/30) = 4 batches per epoch
+    res = runner.fit(epochs=3)
+    assert res.config["steps"] == 12 and res.num_kept == 5
+
+
+def test_bad_arguments(blr):
+    model, data, _, _ = blr
+    algorithm = get_method("map").build(model)
+    with pytest.raises(ValueError, match="log_every"):
+        Runner(algorithm, data, log_every=0)
+    with pytest.raises(ValueError, match="eval_fn"):
+        Runner(algorithm, data, eval_every=5)
+    with pytest.raises(ValueError, match="exactly one"):
+        Runner(algorithm, data).fit()
+    with pytest.raises(ValueError, match="run_dir"):
+        Runner(algorithm, data).fit(5, resume=True)
+
+
+KILLER = """
+import os, signal, sys
+from bdlkit.algorithms import sgld
+inner = sgld.SGLD.step
+def step(self, state, batch):
+    if state.step == int(os.environ["KILL_AT"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return inner(self, state, batch)
+sgld.SGLD.step = step
+from bdlkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_issue_acceptance_sigkill_then_resume_gives_identical_metrics(tmp_path):
+    """`bdlkit fit ... --steps 500`, killed with SIGKILL midway, then `fit --resume`."""
+    args = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "500",
+            "--seed", "0", "--checkpoint-every", "50", "--no-progress", "--out"]
+
+    def cli(*argv, kill_at=None):
+        env = {**os.environ, "KILL_AT": str(kill_at or -1)}
+        return subprocess.run([sys.executable, "-c", KILLER, *argv], env=env, check=False,
+                              capture_output=True, text=True, timeout=300)
+
+    done = cli(*args, str(tmp_path / "full"))
+    assert done.returncode == 0, done.stderr
+    killed = cli(*args, str(tmp_path / "cut"), kill_at=390)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    assert load_checkpoint(latest_checkpoint(tmp_path / "cut" / "checkpoints")).step == 350
+    again = cli("fit", "--resume", str(tmp_path / "cut"), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    full = (tmp_path / "full" / "metrics.json").read_bytes()
+    assert (tmp_path / "cut" / "metrics.json").read_bytes() == full
+    assert {"accuracy", "nll", "ece"} <= set(json.loads(full))
+
+
+def test_infer_still_runs_in_memory():
+    target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2)
+    res = bdlkit.infer(target, "sgld", steps=200, seed=0)
+    assert res.store is not None and isinstance(res.store, MemoryStore) and res.num_kept == 400
