@@ -13,12 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import digits
+from . import digits, runner_overhead
 
 Suite = Callable[..., list[dict[str, Any]]]
 
-SUITES: dict[str, Suite] = {"digits": digits.run}
-DESCRIPTIONS: dict[str, str] = {"digits": digits.DESCRIPTION}
+SUITES: dict[str, Suite] = {"digits": digits.run, "runner": runner_overhead.run}
+DESCRIPTIONS: dict[str, str] = {
+    "digits": digits.DESCRIPTION,
+    "runner": runner_overhead.DESCRIPTION,
+}
 
 
 def get_suite(name: str) -> Suite:

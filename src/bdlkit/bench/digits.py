@@ -11,17 +11,14 @@ the test split: accuracy, NLL, top-label ECE (15 bins), Brier, and wall time
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import algorithms, report
 from ..config import RunConfig
 from ..serialization import atomic_write_bytes, save_json
+from .common import machine_info, warm_up
 
 DESCRIPTION = "every method on an MLP on scikit-learn digits (accuracy, NLL, ECE, wall time)"
 
@@ -38,6 +35,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = No
 
     steps = steps or (300 if quick else 1500)
     out.mkdir(parents=True, exist_ok=True)
+    warm_up()
     rows: list[dict[str, Any]] = []
     for method in sorted(algorithms.METHODS):
         cfg = RunConfig(method=method, model="mlp", data="digits", steps=steps, seed=seed,
@@ -61,11 +59,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = No
 def _write(out: Path, rows: list[dict[str, Any]], steps: int, seed: int, quick: bool,
            command: str | None) -> None:
     command = command or f"bdlkit bench digits{' --quick' if quick else ''} --out {out}"
-    machine = {
-        "python": platform.python_version(), "torch": torch.__version__,
-        "platform": platform.platform(), "cpus": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
+    machine = machine_info()
     save_json(out / "results.json", {"suite": "digits", "command": command, "steps": steps,
                                      "seed": seed, "machine": machine, "rows": rows})
     table = report.markdown_table(rows, COLUMNS)

@@ -1,0 +1,29 @@
+"""Pieces every benchmark suite shares: machine description and a warm-up."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import torch
+
+
+def machine_info() -> dict[str, Any]:
+    """Versions and core counts recorded next to every benchmark result."""
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "platform": platform.platform(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads()}
+
+
+def warm_up() -> None:
+    """A few untimed steps so one-off costs (lazy imports, torch.func and allocator
+    warm-up) are not charged to whichever method a suite times first."""
+    from .. import data, infer, models
+    from ..problems import BayesianModel
+
+    ds = data.load("digits")
+    net = models.MLP(ds.input_shape, ds.num_classes, hidden=(100,))
+    model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
+    for method in ("map", "sgld"):
+        infer(model, method, data=ds, steps=20, seed=0)

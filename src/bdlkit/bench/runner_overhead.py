@@ -1,0 +1,87 @@
+"""The ``runner`` suite: what the Runner costs over a bare ``step`` loop.
+
+SGLD on the digits MLP (64-100-10, batch 128), the same steps three ways, in one
+process, repeated ``repeats`` times (the median is reported):
+
+* ``bare``: ``state, info = algorithm.step(state, batches(t))`` and nothing else;
+* ``memory``: :class:`~bdlkit.Runner` without a run directory (what ``bdlkit.infer``
+  does: NaN check, history, in-memory sample store);
+* ``run_dir``: the Runner as ``bdlkit fit`` uses it: ``log.jsonl``, a disk sample store
+  and a checkpoint every 10 % of the run.
+
+The ratio to ``bare`` is the overhead. The three trajectories are also compared
+bit for bit (``same_final_state``): the Runner must not change the chain.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import data, models, report
+from ..algorithms import get_method
+from ..batches import Batches
+from ..problems import BayesianModel
+from ..rng import fold_in
+from ..runner import DATA_SEED_SALT, Runner, default_store
+from ..serialization import atomic_write_bytes, save_json
+from .common import machine_info, warm_up
+
+DESCRIPTION = "Runner overhead over a bare step loop (memory, run dir with checkpoints)"
+
+
+def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
+        echo: bool = True, steps: int | None = None, repeats: int | None = None
+        ) -> list[dict[str, Any]]:
+    steps = steps or (300 if quick else 2000)
+    repeats = repeats or (1 if quick else 3)
+    ds = data.load("digits", seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = models.MLP(ds.input_shape, ds.num_classes, hidden=(100,))
+    model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
+    algorithm = get_method("sgld").build(model, lr=0.5)
+    times: dict[str, list[float]] = {"bare": [], "memory": [], "run_dir": []}
+    finals: dict[str, dict[str, torch.Tensor]] = {}
+    warm_up()
+    for _ in range(repeats):
+        for mode in times:
+            start = time.perf_counter()
+            finals[mode] = _once(mode, algorithm, ds, steps, seed)
+            times[mode].append(time.perf_counter() - start)
+    base = statistics.median(times["bare"])
+    same = all(torch.equal(finals["bare"][k], finals[m][k]) for m in finals for k in finals[m])
+    rows = [{"mode": mode, "seconds": statistics.median(t), "ratio": statistics.median(t) / base,
+             "ms_per_step": 1e3 * statistics.median(t) / steps} for mode, t in times.items()]
+    command = command or f"bdlkit bench runner{' --quick' if quick else ''} --out {out}"
+    out.mkdir(parents=True, exist_ok=True)
+    save_json(out / "results.json", {"suite": "runner", "command": command, "steps": steps,
+                                     "repeats": repeats, "same_final_state": same,
+                                     "machine": machine_info(), "rows": rows})
+    text = (f"# runner: overhead over a bare step loop\n\nCommand: `{command}`  \n"
+            f"SGLD on the digits MLP, {steps} steps, median of {repeats}; "
+            f"machine: {machine_info()}\n\n{report.markdown_table(rows)}\n\n"
+            f"Bit-identical final state in all three modes: {same}.\n")
+    atomic_write_bytes(out / "results.md", text.encode())
+    return rows
+
+
+def _once(mode: str, algorithm: Any, ds: Any, steps: int, seed: int) -> dict[str, torch.Tensor]:
+    if mode == "bare":
+        batches = Batches(algorithm.problem, ds, 128, fold_in(seed, DATA_SEED_SALT))
+        state = algorithm.init(generator=torch.Generator().manual_seed(seed))
+        for t in range(steps):
+            state, _ = algorithm.step(state, batches(t))
+        return algorithm.params(state)
+    if mode == "memory":
+        return Runner(algorithm, ds, seed=seed).fit(steps).params
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = Runner(algorithm, ds, seed=seed, run_dir=tmp, log_every=10,
+                        checkpoint_every=max(1, steps // 10))
+        runner.store = default_store(steps, False, Path(tmp))
+        return runner.fit(steps).params
