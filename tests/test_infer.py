@@ -44,7 +44,7 @@ def test_nan_during_training_stops_with_a_clear_report():
         ({"steps": 10, "epochs": 1}, "exactly one of steps= or epochs="),
         ({}, "exactly one of steps= or epochs="),
         ({"epochs": 2}, "epochs= needs data"),
-        ({"steps": 10, "learning_rate": 0.1}, r"unknown hyperparameter\(s\) \['learning_rate'\]"),
+        ({"steps": 10, "learning_rate": 0.1}, "unknown key 'learning_rate' in the hyperparam"),
         ({"steps": 10, "burnin": 10}, "burnin must be in"),
         ({"steps": 10, "data": (torch.zeros(2), torch.zeros(2))}, "has no data"),
     ],

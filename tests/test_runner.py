@@ -5,8 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import torch
@@ -21,34 +19,32 @@ from bdlkit.serialization import state_to_tensors
 STEPS = 120
 
 
-@dataclass(frozen=True)
-class Faulty:
-    """Delegates to ``inner`` but misbehaves at step ``at``: crash, Ctrl-C or NaN."""
+def _inject(monkeypatch, method, at, fault):
+    """Make ``method``'s step misbehave at step ``at``: crash, Ctrl-C/SIGTERM or NaN.
 
-    inner: Any
-    at: int
-    fault: str
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    The step is patched on the class, so the algorithm object (and the hyperparameter
+    fingerprint in its checkpoints) is the same as in a normal run.
+    """
+    cls = type(get_method(method).build(bdlkit.Target(lambda t: -t.sum(-1), dim=1)))
+    inner = cls.step
 
     def step(self, state, batch):
-        if state.step == self.at:
-            if self.fault == "crash":
+        if state.step == at:
+            if fault == "crash":
                 raise RuntimeError("simulated crash")
-            if self.fault == "sigint":
-                signal.raise_signal(signal.SIGINT)
-        new, info = self.inner.step(state, batch)
-        if self.fault == "nan" and state.step >= self.at:
+            if fault in ("sigint", "sigterm"):
+                signal.raise_signal(signal.SIGINT if fault == "sigint" else signal.SIGTERM)
+        new, info = inner(self, state, batch)
+        if fault == "nan" and state.step >= at:
             info = {**info, "log_prob": torch.tensor(float("nan"))}
         return new, info
 
+    monkeypatch.setattr(cls, "step", step)
 
-def _runner(blr, run_dir, method="sgld", wrap=None, **kw):
+
+def _runner(blr, run_dir, method="sgld", **kw):
     model, data, _, _ = blr
     algorithm = get_method(method).build(model, lr=1e-3 if method == "sgld" else 1e-2)
-    if wrap is not None:
-        algorithm = Faulty(algorithm, *wrap)
     runner = Runner(algorithm, data, seed=0, batch_size=16, run_dir=run_dir,
                     checkpoint_every=25, log_every=5, **kw)
     if algorithm.kind == "sampler":
@@ -67,12 +63,15 @@ def _same(a, b):
     assert strip == [{k: v for k, v in e.items() if k != "time_s"} for e in b.history]
 
 
-@pytest.mark.parametrize("method", ["sgld", "map"])
-def test_resume_after_a_crash_is_bit_exact(blr, tmp_path, method):
+@pytest.mark.parametrize(("method", "at"), [("sgld", 87), ("sgld", 28), ("map", 87)])
+def test_resume_after_a_crash_is_bit_exact(blr, tmp_path, monkeypatch, method, at):
+    """Crashes after the first kept draw and during burn-in (no draw kept yet)."""
     full = _runner(blr, tmp_path / "full", method).fit(STEPS)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _runner(blr, tmp_path / "cut", method, wrap=(87, "crash")).fit(STEPS)
-    assert load_checkpoint(latest_checkpoint(tmp_path / "cut" / "checkpoints")).step == 75
+    with monkeypatch.context() as patch:
+        _inject(patch, method, at, "crash")
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            _runner(blr, tmp_path / "cut", method).fit(STEPS)
+    assert load_checkpoint(latest_checkpoint(tmp_path / "cut" / "checkpoints")).step == at // 25 * 25
     resumed = _runner(blr, tmp_path / "cut", method).fit(STEPS, resume=True)
     _same(full, resumed)
     if method == "sgld":
@@ -83,28 +82,45 @@ def test_resume_after_a_crash_is_bit_exact(blr, tmp_path, method):
     assert [e["step"] for e in log] == list(range(5, STEPS + 1, 5))
 
 
-def test_ctrl_c_checkpoints_and_resumes_exactly(blr, tmp_path):
+@pytest.mark.parametrize(("fault", "at"), [("sigint", 40), ("sigterm", 10)])
+def test_ctrl_c_and_sigterm_checkpoint_and_resume_exactly(blr, tmp_path, monkeypatch, fault, at):
     full = _runner(blr, tmp_path / "full").fit(STEPS)
-    with pytest.raises(Interrupted) as info:
-        _runner(blr, tmp_path / "cut", wrap=(40, "sigint")).fit(STEPS)
-    assert info.value.step == 41 and info.value.checkpoint.name == "step-000000041.safetensors"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    before = signal.getsignal(signal.SIGTERM)
+    with monkeypatch.context() as patch:
+        _inject(patch, "sgld", at, fault)
+        with pytest.raises(Interrupted) as info:
+            _runner(blr, tmp_path / "cut").fit(STEPS)
+    assert info.value.step == at + 1
+    assert info.value.checkpoint.name == f"step-{at + 1:09d}.safetensors"
+    assert fault.upper() in str(info.value)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGTERM) is before
     _same(full, _runner(blr, tmp_path / "cut").fit(STEPS, resume=True))
 
 
-def test_nan_stops_naming_step_method_and_fix_and_keeps_last_good_checkpoint(blr, tmp_path):
+def test_nan_stops_naming_step_method_and_fix_and_keeps_last_good_checkpoint(
+    blr, tmp_path, monkeypatch
+):
+    _inject(monkeypatch, "sgld", 60, "nan")
     with pytest.raises(NonFiniteError) as info:
-        _runner(blr, tmp_path, wrap=(60, "nan")).fit(STEPS)
+        _runner(blr, tmp_path).fit(STEPS)
     text = str(info.value)
     assert "step 61" in text and "sgld" in text and "lower lr" in text
     assert "step-000000050.safetensors" in text
     assert load_checkpoint(latest_checkpoint(tmp_path / "checkpoints")).step == 50
 
 
-def test_resume_refuses_a_different_configuration(blr, tmp_path):
+def test_resume_refuses_a_different_configuration_and_fresh_runs_refuse_a_used_dir(blr, tmp_path):
     _runner(blr, tmp_path).fit(50)
     with pytest.raises(ValueError, match="total_steps=50"):
         _runner(blr, tmp_path).fit(60, resume=True)
+    model, data, _, _ = blr
+    other = Runner(get_method("sgld").build(model, lr=2e-3), data, seed=0, batch_size=16,
+                   run_dir=tmp_path)
+    with pytest.raises(ValueError, match="lr"):
+        other.fit(50, resume=True)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        _runner(blr, tmp_path).fit(50)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         _runner(blr, tmp_path / "empty").fit(50, resume=True)
 
@@ -160,27 +176,38 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_issue_acceptance_sigkill_then_resume_gives_identical_metrics(tmp_path):
-    """`bdlkit fit ... --steps 500`, killed with SIGKILL midway, then `fit --resume`."""
-    args = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "500",
-            "--seed", "0", "--checkpoint-every", "50", "--no-progress", "--out"]
+ACCEPTANCE = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "500",
+              "--seed", "0", "--no-progress", "--out"]
 
-    def cli(*argv, kill_at=None):
-        env = {**os.environ, "KILL_AT": str(kill_at or -1)}
-        return subprocess.run([sys.executable, "-c", KILLER, *argv], env=env, check=False,
-                              capture_output=True, text=True, timeout=300)
 
-    done = cli(*args, str(tmp_path / "full"))
+def _cli(*argv, kill_at=None):
+    env = {**os.environ, "KILL_AT": str(kill_at or -1)}
+    return subprocess.run([sys.executable, "-c", KILLER, *argv], env=env, check=False,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("acceptance") / "full"
+    done = _cli(*ACCEPTANCE, str(out))
     assert done.returncode == 0, done.stderr
-    killed = cli(*args, str(tmp_path / "cut"), kill_at=390)
+    return (out / "metrics.json").read_bytes()
+
+
+@pytest.mark.parametrize(("kill_at", "checkpoint"), [(250, 250), (390, 350)])
+def test_issue_acceptance_sigkill_then_resume_gives_identical_metrics(
+    tmp_path, uninterrupted, kill_at, checkpoint
+):
+    """`bdlkit fit ... --steps 500` killed with SIGKILL midway (at the end of burn-in, or
+    with sample shards written after the last checkpoint), then `bdlkit fit --resume`."""
+    killed = _cli(*ACCEPTANCE, str(tmp_path / "cut"), kill_at=kill_at)
     assert killed.returncode == -signal.SIGKILL
     assert not (tmp_path / "cut" / "metrics.json").exists()
-    assert load_checkpoint(latest_checkpoint(tmp_path / "cut" / "checkpoints")).step == 350
-    again = cli("fit", "--resume", str(tmp_path / "cut"), "--no-progress")
+    assert load_checkpoint(latest_checkpoint(tmp_path / "cut" / "checkpoints")).step == checkpoint
+    again = _cli("fit", "--resume", str(tmp_path / "cut"), "--no-progress")
     assert again.returncode == 0, again.stderr
-    full = (tmp_path / "full" / "metrics.json").read_bytes()
-    assert (tmp_path / "cut" / "metrics.json").read_bytes() == full
-    assert {"accuracy", "nll", "ece"} <= set(json.loads(full))
+    assert (tmp_path / "cut" / "metrics.json").read_bytes() == uninterrupted
+    assert {"accuracy", "nll", "ece"} <= set(json.loads(uninterrupted))
 
 
 def test_infer_still_runs_in_memory():

@@ -12,15 +12,14 @@ draw (initialisation, data order, algorithm noise) is derived from ``seed``.
 
 from __future__ import annotations
 
-import inspect
 import json
+import warnings
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from .algorithms import get_method
-from .batches import tensors_of
+from .config import check_keys, method_hyperparameters
 from .problems import BayesianModel, Target
 from .result import Result
 from .runner import NonFiniteError, Runner, default_store
@@ -67,11 +66,9 @@ def infer(
         **hyper: the method's hyperparameters (e.g. ``lr``).
     """
     module = get_method(method)
-    _check_hyper(module, method, hyper)
+    check_keys(hyper, method_hyperparameters(method), f"the hyperparameters of method {method!r}")
     problem.validate_data(data)
     is_target = isinstance(problem, Target)
-    if isinstance(problem, BayesianModel):
-        _warn_num_data(problem, data)
     algorithm: Algorithm = module.build(problem, **hyper)
     if chains is not None and not is_target:
         raise ValueError("chains= is for Targets; for a network run infer with several seeds")
@@ -88,6 +85,13 @@ def infer(
         algorithm, data, seed=seed, batch_size=batch_size, init=init, chains=chains,
         log_every=log_every, progress=progress,
     )
+    rows = runner.batches.num_rows
+    if isinstance(problem, BayesianModel) and rows is not None and rows != problem.num_data:
+        warnings.warn(
+            f"BayesianModel.num_data={problem.num_data} but the training data has {rows} rows; "
+            "the likelihood is scaled to num_data",
+            stacklevel=2,
+        )
     total = runner.num_steps(steps, epochs)
     if algorithm.kind == "sampler":
         runner.store = default_store(total, is_target, None, burnin, thin, max_samples)
@@ -96,30 +100,6 @@ def infer(
         "hyper_serializable": all(_is_json(v) for v in hyper.values()),
     }
     return runner.fit(total, config=config)
-
-
-def _check_hyper(module: Any, method: str, hyper: dict[str, Any]) -> None:
-    params = list(inspect.signature(module.build).parameters)[1:]
-    unknown = sorted(set(hyper) - set(params))
-    if unknown:
-        raise ValueError(
-            f"unknown hyperparameter(s) {unknown} for method {method!r}; valid: {params}"
-        )
-
-
-def _warn_num_data(problem: BayesianModel, data: Any) -> None:
-    if isinstance(data, torch.utils.data.DataLoader):
-        n = len(data.dataset) if hasattr(data, "dataset") else None
-    else:
-        n = len(tensors_of(data)[0])
-    if n is not None and n != problem.num_data:
-        import warnings
-
-        warnings.warn(
-            f"BayesianModel.num_data={problem.num_data} but the training data has {n} rows; "
-            "the likelihood is scaled to num_data",
-            stacklevel=3,
-        )
 
 
 def _is_json(value: Any) -> bool:

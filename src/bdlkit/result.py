@@ -25,6 +25,7 @@ from . import rng
 from .algorithms import get_method
 from .collect import SampleStore
 from .problems import BayesianModel, GaussianPredictive
+from .problems.likelihoods import cat_predictives
 from .serialization import (
     load_json,
     load_tensors,
@@ -77,11 +78,11 @@ class Result:
     @property
     def num_kept(self) -> int:
         """Number of kept sampler draws (counting each chain)."""
-        if self.store is not None and (len(self.store) == 0 or self._samples is None):
-            first = next(self.store.iter_chunks(1), None)
-            if first is None or isinstance(first, dict):
-                return len(self.store)
-            return len(self.store) * (first.shape[1] if first.ndim == 3 else 1)
+        if self.store is not None:
+            if self.store.structure == "tensor":  # Target draws: (chains, d) each
+                shape = next(iter(self.store.shapes.values()))
+                return len(self.store) * (shape[0] if len(shape) == 2 else 1)
+            return len(self.store)
         if self.samples is None:
             return 0
         if isinstance(self.samples, dict):
@@ -239,19 +240,20 @@ class _BMA:
 
     def add(self, preds: list[Any]) -> None:
         self.count += 1
-        self.gaussian = isinstance(preds[0], GaussianPredictive)
-        mean = torch.cat([p.mean for p in preds]) if self.gaussian else torch.cat(preds)
+        pred = cat_predictives(preds)
+        self.gaussian = isinstance(pred, GaussianPredictive)
+        mean = pred.mean if self.gaussian else pred
         if self.mean is None:
             self.mean = mean.clone()
             if self.gaussian:
                 self.m2 = torch.zeros_like(mean)
-                self.noise = torch.cat([p.var for p in preds])
+                self.noise = pred.var.clone()
             return
         delta = mean - self.mean
         self.mean += delta / self.count
         if self.gaussian:
             self.m2 += delta * (mean - self.mean)
-            self.noise += (torch.cat([p.var for p in preds]) - self.noise) / self.count
+            self.noise += (pred.var - self.noise) / self.count
 
     def result(self) -> Any:
         if self.mean is None:

@@ -17,13 +17,12 @@ samples and log equal those of an uninterrupted run with the same seed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +43,13 @@ from .checkpoint import (
 from .collect import DiskStore, MemoryStore, SampleStore
 from .problems import Target
 from .result import Result
+from .runlog import append_log, read_log, truncate_log
 from .serialization import (
     CorruptFileError,
-    atomic_write_bytes,
     state_from_tensors,
     state_to_tensors,
 )
+from .signals import deferred_stop
 from .tree import TensorTree, all_finite
 from .types import Algorithm
 
@@ -61,12 +61,13 @@ class NonFiniteError(FloatingPointError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """The run was stopped by Ctrl-C (SIGINT) after a checkpoint was written."""
+    """The run was stopped by Ctrl-C (SIGINT) or SIGTERM after a checkpoint was written."""
 
-    def __init__(self, step: int, checkpoint: Path | None) -> None:
+    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT) -> None:
         where = f"; checkpoint {checkpoint}" if checkpoint else " (no run_dir: nothing saved)"
-        super().__init__(f"interrupted after step {step}{where}")
-        self.step, self.checkpoint = step, checkpoint
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {name} after step {step}{where}")
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
 
 
 class Runner:
@@ -171,16 +172,16 @@ class Runner:
         if sampler and self.store is None:
             self.store = default_store(total, isinstance(self.problem, Target), self.run_dir)
         state, start, history, elapsed = self._start(total, resume)
-        log = _LogFile(self.run_dir / "log.jsonl") if self.run_dir else None
+        log = self.run_dir / "log.jsonl" if self.run_dir else None
         if log is not None:
-            log.truncate(start)
+            truncate_log(log, start)
         method = self.algorithm.name
         bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
                    dynamic_ncols=True)
         clock = time.perf_counter()
         last_ckpt_time = clock
         t = start
-        with _deferred_sigint() as interrupted:
+        with deferred_stop() as interrupted:
             while t < total:
                 new_state, info = self.algorithm.step(state, self.batches(t))
                 self._check_finite(info.get("log_prob"), t + 1)
@@ -191,7 +192,7 @@ class Runner:
                 if entry is not None:
                     history.append(entry)
                     if log is not None:
-                        log.append(entry)
+                        append_log(log, entry)
                     bar.set_postfix(_postfix(entry), refresh=False)
                 bar.update(1)
                 now = time.perf_counter()
@@ -199,12 +200,12 @@ class Runner:
                     self.checkpoint_seconds is not None
                     and now - last_ckpt_time >= self.checkpoint_seconds
                 )
-                if self.run_dir is not None and (due or t == total or interrupted()):
+                if self.run_dir is not None and (due or t == total or interrupted() is not None):
                     self._checkpoint(state, t, total, elapsed + now - clock)
                     last_ckpt_time = now
-                if interrupted() and t < total:
+                if interrupted() is not None and t < total:
                     bar.close()
-                    raise Interrupted(t, self.last_checkpoint)
+                    raise Interrupted(t, self.last_checkpoint, interrupted())
         bar.close()
         if not all_finite(self.algorithm.params(state)):
             raise NonFiniteError(self._nan_message("the parameters", total))
@@ -219,10 +220,29 @@ class Runner:
         store = self.store if sampler else None
         return Result(self.problem, self.algorithm, state, store, history, run_config)
 
+    def fingerprint(self) -> dict[str, str]:
+        """What must not change between a run and its resume, as text for the checkpoint:
+        the algorithm's hyperparameters, the problem, the batch size and the chains."""
+        algorithm = self.algorithm
+        if dataclasses.is_dataclass(algorithm):
+            hyper = {f.name: repr(getattr(algorithm, f.name))
+                     for f in dataclasses.fields(algorithm) if f.name != "problem"}
+        else:
+            hyper = {"algorithm": type(algorithm).__name__}
+        return {"hyperparameters": json.dumps(hyper, sort_keys=True),
+                "problem": repr(self.problem),
+                "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
+                        f"chains={self.chains}"}
+
     # ------------------------------------------------------------------ internals
     def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:
         state = self.initial_state()
         if not resume:
+            if self.run_dir is not None and latest_checkpoint(self.run_dir / "checkpoints"):
+                raise FileExistsError(
+                    f"{self.run_dir} already holds checkpoints of a run: pass resume=True to "
+                    "continue it, or use a new run_dir"
+                )
             return state, 0, [], 0.0
         if self.run_dir is None:
             raise ValueError("resume=True needs the run_dir of the interrupted run")
@@ -234,7 +254,8 @@ class Runner:
             )
         ckpt = load_checkpoint(path)
         meta = ckpt.meta
-        expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total}
+        expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
+                    **self.fingerprint()}
         for key, value in expected.items():
             if meta.get(key) != value:
                 raise ValueError(
@@ -250,7 +271,7 @@ class Runner:
         self.batches.load_state_dict(ckpt.data)
         set_global_rng_state(ckpt.rng)
         self.last_checkpoint = path
-        history = _LogFile(self.run_dir / "log.jsonl").read(ckpt.step)
+        history = read_log(self.run_dir / "log.jsonl", ckpt.step)
         return state, ckpt.step, history, float(meta.get("elapsed_s", 0.0))
 
     def _log_entry(
@@ -284,9 +305,11 @@ class Runner:
     def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
         if not all_finite(self.algorithm.params(state)):
             raise NonFiniteError(self._nan_message("the parameters", t))
-        store_meta, store_tensors = self.store.state_dict() if self.store else ({}, {})
+        store_meta, store_tensors = (
+            self.store.state_dict() if self.store is not None else ({}, {})
+        )
         meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
-                "elapsed_s": elapsed, "store": store_meta}
+                "elapsed_s": elapsed, "store": store_meta, **self.fingerprint()}
         ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
                           data=self.batches.state_dict(t), rng=global_rng_state())
         self.last_checkpoint = save_checkpoint(self.run_dir / "checkpoints", ckpt)
@@ -315,61 +338,6 @@ def default_store(
         return MemoryStore(burnin=burnin, thin=thin, max_samples=max_samples)
     return DiskStore(Path(run_dir) / "samples", burnin=burnin, thin=thin,
                      max_samples=max_samples, exist_ok=True)
-
-
-class _LogFile:
-    """``log.jsonl``: one JSON object per logged step, appended and flushed line by line."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def read(self, up_to: int | None = None) -> list[dict[str, Any]]:
-        return read_log(self.path, up_to)
-
-    def truncate(self, step: int) -> None:
-        """Keep only entries up to ``step`` (what the checkpoint being resumed has seen)."""
-        kept = self.read(step) if step else []
-        atomic_write_bytes(self.path, "".join(json.dumps(e) + "\n" for e in kept).encode())
-
-    def append(self, entry: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
-
-
-def read_log(path: str | os.PathLike, up_to: int | None = None) -> list[dict[str, Any]]:
-    """Entries of a ``log.jsonl`` (up to step ``up_to``); a line cut by a crash is skipped."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    entries = []
-    for line in path.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if up_to is None or entry.get("step", 0) <= up_to:
-            entries.append(entry)
-    return entries
-
-
-@contextmanager
-def _deferred_sigint():
-    """Turn the first Ctrl-C into a flag checked between steps; a second one aborts."""
-    flag = {"set": False}
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag["set"]:
-            raise KeyboardInterrupt
-        flag["set"] = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield lambda: flag["set"]
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _postfix(entry: dict[str, float]) -> dict[str, str]:

@@ -1,21 +1,53 @@
-"""Step-size schedules: callables ``step -> value`` accepted wherever a rate is."""
+"""Step-size schedules: callables ``step -> value`` accepted wherever a rate is.
+
+Schedules are frozen dataclasses, so their ``repr`` names their parameters; run
+fingerprints (checkpoints refuse to resume a run with other hyperparameters) and
+reports rely on that. Any plain callable works too.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 Schedule = Callable[[int], float]
 
 
+@dataclass(frozen=True)
+class Constant:
+    """``value`` at every step."""
+
+    value: float
+
+    def __call__(self, step: int) -> float:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Polynomial:
+    """``a (b + t)^(-γ)``, the decreasing SGLD schedule of Welling & Teh (2011)."""
+
+    a: float
+    b: float = 1.0
+    gamma: float = 0.55
+
+    def __post_init__(self) -> None:
+        if not 0.5 < self.gamma <= 1:
+            raise ValueError(
+                f"gamma must be in (0.5, 1] for a convergent SGLD schedule, got {self.gamma}"
+            )
+
+    def __call__(self, step: int) -> float:
+        return self.a * (self.b + step) ** (-self.gamma)
+
+
 def constant(value: float) -> Schedule:
-    return lambda step: value
+    return Constant(value)
 
 
 def polynomial(a: float, b: float = 1.0, gamma: float = 0.55) -> Schedule:
     """``a (b + t)^(-γ)``, the decreasing SGLD schedule of Welling & Teh (2011)."""
-    if not 0.5 < gamma <= 1:
-        raise ValueError(f"gamma must be in (0.5, 1] for a convergent SGLD schedule, got {gamma}")
-    return lambda step: a * (b + step) ** (-gamma)
+    return Polynomial(a, b, gamma)
 
 
 def resolve(value: float | Schedule, step: int) -> float:

@@ -47,10 +47,12 @@ class DiskStore(SampleStore):
         thin: int = 1,
         max_samples: int | None = None,
         shard_size: int = 64,
+        shard_bytes: int | None = 256 * 2**20,
         exist_ok: bool = False,
     ) -> None:
         super().__init__(burnin=burnin, thin=thin, max_samples=max_samples)
         self.shard_size = _int(shard_size, "shard_size", 1)
+        self.shard_bytes = None if shard_bytes is None else _int(shard_bytes, "shard_bytes", 1)
         self.path = Path(path)
         if not exist_ok and (self.path / MANIFEST).exists():
             raise FileExistsError(
@@ -125,6 +127,11 @@ class DiskStore(SampleStore):
             self._garbage = []
 
     def _append(self, draw: Flat) -> None:
+        if self.shard_bytes is not None and self._next_index == 0 and not self._pending:
+            # size shards by bytes once, from the first draw: a large network never holds
+            # more than ~shard_bytes of unwritten draws in memory
+            nbytes = sum(t.numel() * t.element_size() for t in draw.values())
+            self.shard_size = max(1, min(self.shard_size, self.shard_bytes // max(1, nbytes)))
         self._pending.append(draw)
         excess = 0 if self.max_samples is None else len(self) - self.max_samples
         while excess > 0:  # drop the oldest draws: the front of the first shard, or pending

@@ -57,6 +57,16 @@ class SampleStore(ABC):
         """Whether the draw after ``step`` completed steps (1-based) is kept."""
         return step > self.burnin and (step - self.burnin) % self.thin == 0
 
+    @property
+    def structure(self) -> str | None:
+        """``"tensor"`` or ``"dict"`` once a draw is held (None before)."""
+        return self._structure
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of one draw per key (a tensor draw has the single key ``"_"``)."""
+        return dict(self._shapes)
+
     def offer(self, step: int, params: Draw) -> bool:
         """Append ``params`` if :meth:`wants` ``step``; return whether it was kept."""
         if not self.wants(step):

@@ -29,6 +29,14 @@ class GaussianPredictive(NamedTuple):
     var: Tensor
 
 
+def cat_predictives(preds: list) -> Tensor | GaussianPredictive:
+    """Concatenate per-chunk predictives (probability tensors or GaussianPredictives)."""
+    if isinstance(preds[0], GaussianPredictive):
+        return GaussianPredictive(torch.cat([p.mean for p in preds]),
+                                  torch.cat([p.var for p in preds]))
+    return torch.cat(preds)
+
+
 class Likelihood:
     """Base class: ``log_prob(outputs, y, lik_params) -> (B,)``."""
 
