@@ -12,6 +12,7 @@ import importlib.util
 import io
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -251,10 +252,28 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     (out / "sub" / "data.csv").write_text("1,2\n")
     assert fit(out, "--overwrite") == 2
     line = error_line(capsys.readouterr().err)
-    assert "config.yaml" in line and str(out) in line
+    assert "not written by bdlkit" in line and str(out) in line
     assert (out / "thesis.tex").read_text() == "do not delete"
     assert (out / "sub" / "data.csv").read_text() == "1,2\n"
     assert sorted(p.name for p in out.iterdir()) == ["sub", "thesis.tex"]
+
+
+def test_overwrite_keeps_user_files_even_with_a_config_yaml(tmp_path, capsys):
+    """A folder with its own config.yaml (many tools write one) is still not a run dir."""
+    out = tmp_path / "project"
+    (out / "src").mkdir(parents=True)
+    (out / "src" / "main.py").write_text("print(1)")
+    (out / "config.yaml").write_text("a: 1\n")
+    assert fit(out, "--overwrite") == 2
+    assert "not written by bdlkit" in error_line(capsys.readouterr().err)
+    assert (out / "src" / "main.py").read_text() == "print(1)"
+
+
+def test_overwrite_of_a_run_deletes_only_what_bdlkit_wrote(run_copy, capsys):
+    (run_copy / "notes.txt").write_text("mine")
+    assert fit(run_copy, "--overwrite") == 0
+    assert (run_copy / "notes.txt").read_text() == "mine"
+    assert (run_copy / ".bdlkit-run").is_file() and (run_copy / "metrics.json").is_file()
 
 
 def test_out_that_is_a_file_is_refused(tmp_path, capsys):
@@ -545,3 +564,32 @@ def test_evaluate_ood_of_another_shape_is_refused(run_copy, capsys):
     line = error_line(capsys.readouterr().err)
     assert "shape" in line and "notmnist" in line and "(64,)" in line
     assert (run_copy / "metrics.json").read_bytes() == before
+
+
+def test_abbreviated_options_are_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["fit", "--method", "sgld", "--step", "3", "--out", str(tmp_path / "r")])
+
+
+def test_command_line_length_replaces_the_config_files(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: map\nsteps: 500\nlog_every: 1\n")
+    out = tmp_path / "r"
+    assert main(["fit", "--config", str(path), "--epochs", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    cfg = load_yaml(out / "config.yaml")
+    assert cfg["epochs"] == 1 and cfg["steps"] is None
+
+
+def test_files_get_the_usual_permissions(finished_run):
+    mode = (finished_run[0] / "metrics.json").stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask
+
+
+def test_bench_refuses_a_folder_it_did_not_write(tmp_path, capsys):
+    (tmp_path / "report.md").write_text("my report")
+    assert main(["bench", "runner", "--quick", "--out", str(tmp_path)]) == 2
+    assert "not written by bdlkit" in error_line(capsys.readouterr().err)
+    assert (tmp_path / "report.md").read_text() == "my report"

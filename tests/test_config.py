@@ -216,3 +216,11 @@ def test_load_yaml_constructs_no_python_objects(tmp_path):
     path.write_text("method: !!python/object/apply:os.system ['echo hi']\n")
     with pytest.raises(ValueError, match="not valid YAML"):
         load_yaml(path)
+
+
+def test_unknown_or_missing_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="not a torch device"):
+        RunConfig(method="sgld", steps=5, device="cpux")
+    if not __import__("torch").cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            RunConfig(method="sgld", steps=5, device="cuda")

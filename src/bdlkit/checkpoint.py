@@ -84,9 +84,9 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT_VERSION}")
     except Exception as err:  # any decoding failure is a corrupt file for the user
         raise CorruptFileError(
-            f"checkpoint {path} is corrupt or truncated ({type(err).__name__}: {err}). "
-            "Delete it to resume from an older checkpoint if there is one, or start the run "
-            "again with --overwrite"
+            f"checkpoint {path} is corrupt or truncated ({type(err).__name__}: {err}). Only "
+            "the newest checkpoint is kept, so the run cannot be resumed: start it again "
+            "with --overwrite (or restore the file from a backup)"
         ) from None
     parts: dict[str, dict[str, Tensor]] = {"state": {}, "store": {}, "data": {}, "rng": {}}
     for key, value in tensors.items():

@@ -44,7 +44,8 @@ FIT_EXAMPLES = """examples:
 
 
 def _fit_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("fit", help="run a method on a model and data set into a run directory",
+    p = sub.add_parser("fit", allow_abbrev=False,
+                       help="run a method on a model and data set into a run directory",
                        description="Fit a method and write a run directory (config.yaml, "
                        "log.jsonl, checkpoints/, samples/, metrics.json, report.md).",
                        epilog=FIT_EXAMPLES + "\n\nmethod options: see `bdlkit fit --method M "
@@ -123,6 +124,8 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.config:
         values = load_yaml(args.config)
         check_keys(values, [f.name for f in dataclasses.fields(RunConfig)], args.config)
+    if "steps" in given or "epochs" in given:  # a command-line length replaces the file's
+        values.pop("epochs" if "steps" in given else "steps", None)
     values.update(given)
     if "method" not in values:
         parser.error("--method is required (or set `method:` in --config); methods: "
@@ -204,7 +207,7 @@ def list_components() -> None:
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(prog="bdlkit", description="Bayesian deep learning made "
                                      "practical.", epilog=__doc__.split("Examples::")[1],
-                                     formatter_class=_FORMATTER)
+                                     formatter_class=_FORMATTER, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     fit = _fit_parser(sub)
     p = sub.add_parser("evaluate", help="recompute metrics.json and report.md of a run",
@@ -259,12 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nbdlkit: {err}", file=sys.stderr)
         if run_dir is not None:
             print(f"resume with: bdlkit fit --resume {run_dir}", file=sys.stderr)
+        return 128 + int(err.signum)
+    except KeyboardInterrupt:
+        run_dir = getattr(args, "resume", None) or getattr(args, "out", None)
+        hint = (f"; if the run had started, `bdlkit fit --resume {run_dir}` continues from its "
+                "newest checkpoint") if args.command == "fit" and run_dir else ""
+        print(f"\nbdlkit: interrupted{hint}", file=sys.stderr)
         return 130
     except NonFiniteError as err:
         print(f"bdlkit: stopped: {err}", file=sys.stderr)
         return 1
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CorruptFileError,
-            data.DataNotFoundError) as err:
+    except (ValueError, TypeError, OSError, CorruptFileError, data.DataNotFoundError) as err:
         if os.environ.get("BDLKIT_DEBUG"):
             raise
         print(f"bdlkit: error: {err}", file=sys.stderr)

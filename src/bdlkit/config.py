@@ -90,6 +90,7 @@ class RunConfig:
             low = 0 if name == "burnin" else 1
             if value is not None and (not isinstance(value, int) or value < low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_device(self.device)
         for name in ("prior_scale", "temperature", "checkpoint_minutes"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -152,6 +153,22 @@ def check_keys(values: dict[str, Any], valid: Any, where: str) -> None:
             raise ValueError(
                 f"unknown key {key!r} in {where}{hint} Valid keys: {', '.join(valid)}"
             )
+
+
+def check_device(device: str) -> None:
+    """Raise ``ValueError`` for a device string torch cannot parse or this machine lacks."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {device!r} is not a torch device ({err}); use cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU; use cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} asked for, but MPS is not available; use cpu")
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:

@@ -34,10 +34,11 @@ from .collect import DiskStore
 from .config import RunConfig, load_yaml, resolved_hyper, save_yaml
 from .models import build_for_data
 from .problems import BayesianModel
-from .problems.likelihoods import Gaussian
+from .problems.likelihoods import Gaussian, cat_predictives
 from .result import Result
-from .runner import Runner, default_store, read_log
-from .serialization import load_json, save_json, state_from_tensors
+from .runlog import read_log
+from .runner import Runner, default_store
+from .serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
 
 TASKS = ("classification", "regression")
 
@@ -94,12 +95,9 @@ def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
 
     @torch.no_grad()
     def evaluate(params: Any) -> dict[str, float]:
-        preds = [problem.predictive(params, x[i : i + chunk]) for i in range(0, len(x), chunk)]
-        if isinstance(preds[0], Tensor):
-            pred = torch.cat(preds)
-        else:
-            pred = type(preds[0])(torch.cat([p.mean for p in preds]),
-                                  torch.cat([p.var for p in preds]))
+        pred = cat_predictives(
+            [problem.predictive(params, x[i : i + chunk]) for i in range(0, len(x), chunk)]
+        )
         return {k: v for k, v in predictive_metrics(pred, y, ds).items() if k in ("accuracy",
                                                                              "nll", "rmse")}
 
@@ -145,23 +143,44 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
 
 
 # ---------------------------------------------------------------------- run directories
-def prepare_out(out: str | os.PathLike, overwrite: bool) -> Path:
-    """Create ``out``; refuse an existing non-empty folder unless ``overwrite`` (a run dir only)."""
+RUN_MARKER = ".bdlkit-run"
+RUN_ENTRIES = ("config.yaml", "log.jsonl", "metrics.json", "report.md", "reliability.png",
+               "history.png", "checkpoints", "samples")
+
+
+def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER,
+                entries: tuple[str, ...] = RUN_ENTRIES) -> Path:
+    """Create the output folder ``out`` and mark it as written by bdlkit.
+
+    An existing non-empty ``out`` is refused unless ``overwrite``; even then only a folder
+    bdlkit made (it holds ``marker``) is replaced, and only the ``entries`` bdlkit writes
+    are deleted, so ``--overwrite`` can never remove a user's own files.
+    """
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if _occupied(out):
         if not overwrite:
             raise FileExistsError(
                 f"output folder {out} already exists; pass --resume {out} to continue that "
                 "run, --overwrite to replace it, or choose another --out"
             )
-        if not (out / "config.yaml").exists():
+        if out.is_symlink() or not (out / marker).is_file():
             raise FileExistsError(
-                f"{out} exists and is not a bdlkit run directory (no config.yaml); refusing "
-                "to delete it with --overwrite: choose another --out"
+                f"{out} exists and was not written by bdlkit (no {marker} file); refusing to "
+                "replace it: choose another --out"
             )
-        shutil.rmtree(out)
+        for name in (*entries, marker):
+            path = out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / marker, b"written by bdlkit; --overwrite may replace this folder\n")
     return out
+
+
+def _occupied(out: Path) -> bool:
+    return out.exists() and (not out.is_dir() or any(out.iterdir()))
 
 
 @dataclass(frozen=True)
@@ -178,6 +197,8 @@ class RunOutput:
 def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
         progress: bool = False) -> RunOutput:
     """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics."""
+    if not overwrite and _occupied(Path(out)):
+        prepare_out(out, overwrite=False)  # refuse before loading any data
     runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
     run_dir = prepare_out(out, overwrite)
     attach_store(runner, cfg, total)
@@ -297,15 +318,17 @@ def write_report(run_dir: Path, cfg: RunConfig, values: dict[str, Any], result: 
     ]
     text = [
         f"# bdlkit run: {cfg.method} on {cfg.data} ({cfg.model})\n",
-        f"Reproduce: `bdlkit fit --config {run_dir / 'config.yaml'} --out NEW_DIR`\n",
+        f"Reproduce exactly: `bdlkit fit --config {run_dir / 'config.yaml'} --out NEW_DIR` "
+        "(burn-in, thinning and checkpoint cadence are pinned there: drop them to change "
+        "the number of steps)\n",
         "## Test metrics\n", report.markdown_table(rows), "",
         "## Run\n", report.markdown_table(summary), "",
         "## Configuration\n", "```yaml", (run_dir / "config.yaml").read_text().rstrip(), "```", "",
     ]
     if plots:
         text += ["## Plots\n"] + [f"![{p}]({p})" for p in plots] + [""]
-    from .serialization import atomic_write_bytes
-
+    else:
+        text += ["Plots skipped: matplotlib is not installed (`pip install bdlkit[plots]`).", ""]
     atomic_write_bytes(run_dir / "report.md", ("\n".join(text) + "\n").encode())
 
 

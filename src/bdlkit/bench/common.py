@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,3 +28,11 @@ def warm_up() -> None:
     model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
     for method in ("map", "sgld"):
         infer(model, method, data=ds, steps=20, seed=0)
+
+
+def prepare_bench_out(out: Path) -> Path:
+    """Create or refresh a suite's output folder; refuse a folder bdlkit did not write."""
+    from ..run import prepare_out
+
+    return prepare_out(out, overwrite=True, marker=".bdlkit-bench",
+                       entries=("results.json", "results.md", "report.md", "runs"))

@@ -18,7 +18,7 @@ from typing import Any
 from .. import algorithms, report
 from ..config import RunConfig
 from ..serialization import atomic_write_bytes, save_json
-from .common import machine_info, warm_up
+from .common import machine_info, prepare_bench_out, warm_up
 
 DESCRIPTION = "every method on an MLP on scikit-learn digits (accuracy, NLL, ECE, wall time)"
 
@@ -34,7 +34,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = No
     from .. import run as run_module
 
     steps = steps or (300 if quick else 1500)
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_bench_out(out)
     warm_up()
     rows: list[dict[str, Any]] = []
     for method in sorted(algorithms.METHODS):

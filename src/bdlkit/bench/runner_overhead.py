@@ -30,7 +30,7 @@ from ..problems import BayesianModel
 from ..rng import fold_in
 from ..runner import DATA_SEED_SALT, Runner, default_store
 from ..serialization import atomic_write_bytes, save_json
-from .common import machine_info, warm_up
+from .common import machine_info, prepare_bench_out, warm_up
 
 DESCRIPTION = "Runner overhead over a bare step loop (memory, run dir with checkpoints)"
 
@@ -38,6 +38,7 @@ DESCRIPTION = "Runner overhead over a bare step loop (memory, run dir with check
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
         echo: bool = True, steps: int | None = None, repeats: int | None = None
         ) -> list[dict[str, Any]]:
+    prepare_bench_out(out)
     steps = steps or (300 if quick else 2000)
     repeats = repeats or (1 if quick else 3)
     ds = data.load("digits", seed=seed)
@@ -59,7 +60,6 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     rows = [{"mode": mode, "seconds": statistics.median(t), "ratio": statistics.median(t) / base,
              "ms_per_step": 1e3 * statistics.median(t) / steps} for mode, t in times.items()]
     command = command or f"bdlkit bench runner{' --quick' if quick else ''} --out {out}"
-    out.mkdir(parents=True, exist_ok=True)
     save_json(out / "results.json", {"suite": "runner", "command": command, "steps": steps,
                                      "repeats": repeats, "same_final_state": same,
                                      "machine": machine_info(), "rows": rows})
