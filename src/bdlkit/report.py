@@ -1,4 +1,4 @@
-"""Reports: Markdown tables, reliability diagrams and training-history plots.
+"""Reports: Markdown tables, reliability diagrams, training-history and MCMC diagnostic plots.
 
 matplotlib is an optional dependency (``bdlkit[plots]``): it is imported inside the plotting
 functions, which return ``None`` when it is missing. Figures are drawn with
@@ -15,12 +15,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch import Tensor
 
 from .metrics.classification import reliability_bins
 from .serialization import atomic_write_bytes
 
-__all__ = ["history_plot", "markdown_table", "reliability_diagram"]
+__all__ = [
+    "ess_bars",
+    "history_plot",
+    "markdown_table",
+    "reliability_diagram",
+    "rhat_layer_plot",
+    "trace_plot",
+]
 
 
 def _cell(value: Any, floatfmt: str) -> str:
@@ -166,5 +174,118 @@ def history_plot(history: list[dict], path: str | os.PathLike, keys: list[str]) 
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("step")
+    fig.tight_layout()
+    return _save_png(fig, path)
+
+
+def rhat_layer_plot(
+    summary: dict[str, dict],
+    path: str | os.PathLike,
+    threshold: float = 1.1,
+    title: str | None = None,
+) -> Path | None:
+    """Write L2E's layer-wise R-hat plot: per layer a point at ``"mean"`` +- ``"std"``.
+
+    ``summary`` maps layer names (plotted in order) to ``{"mean": ..., "std": ...}``; the
+    ``"all"`` entry is left out of the points and quoted in the default title. A dashed line
+    marks ``threshold``. Returns ``None`` without matplotlib or when there is no layer.
+    """
+    layers = [k for k in summary if k != "all"]
+    if not layers:
+        return None
+    fig = _new_figure((max(4.0, 0.45 * len(layers) + 2.0), 4.0))
+    if fig is None:
+        return None
+    means = [float(summary[k]["mean"]) for k in layers]
+    stds = [float(summary[k].get("std", 0.0)) for k in layers]
+    ax = fig.subplots()
+    xs = list(range(len(layers)))
+    ax.errorbar(xs, means, yerr=stds, fmt="o", capsize=3, label="mean +- std over parameters")
+    ax.axhline(
+        threshold, color="red", linestyle="--", linewidth=1, label=f"threshold {threshold:g}"
+    )
+    ax.set_xticks(xs)
+    ax.set_xticklabels(layers, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("R-hat")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    if title is None:
+        title = "Layer-wise R-hat"
+        if "all" in summary and "mean" in summary["all"]:
+            title += f" (all: {float(summary['all']['mean']):.3f})"
+    ax.set_title(title)
+    fig.tight_layout()
+    return _save_png(fig, path)
+
+
+def trace_plot(
+    draws: Tensor | np.ndarray,
+    path: str | os.PathLike,
+    names: list[str] | None = None,
+    max_series: int = 6,
+) -> Path | None:
+    """Write MCMC trace plots: one row per series (the first ``max_series``), a line per chain.
+
+    ``draws`` is ``(chains, draws, k)`` or, for one chain, ``(draws, k)``; ``names`` (length
+    ``k``) label the rows. Returns ``None`` without matplotlib or for empty draws.
+    """
+    if isinstance(draws, Tensor):
+        draws = draws.detach().cpu().double().numpy()
+    arr = np.asarray(draws, dtype=np.float64)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3:
+        raise ValueError(f"draws must be (chains, draws, k) or (draws, k), got {arr.shape}")
+    if names is not None and len(names) != arr.shape[2]:
+        raise ValueError(f"got {len(names)} names for {arr.shape[2]} series")
+    rows = min(arr.shape[2], max_series)
+    if rows < 1 or arr.shape[1] == 0:
+        return None
+    fig = _new_figure((7.0, 1.6 * rows + 0.8))
+    if fig is None:
+        return None
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+    steps = np.arange(arr.shape[1])
+    for j, ax in enumerate(axes):
+        for c in range(arr.shape[0]):
+            ax.plot(steps, arr[c, :, j], linewidth=0.7, alpha=0.8, label=f"chain {c}")
+        ax.set_ylabel(names[j] if names is not None else f"param {j}", fontsize=8)
+        ax.grid(alpha=0.3)
+    if 1 < arr.shape[0] <= 10:
+        axes[0].legend(loc="upper right", fontsize=7, ncol=min(arr.shape[0], 5))
+    axes[-1].set_xlabel("draw")
+    fig.tight_layout()
+    return _save_png(fig, path)
+
+
+def ess_bars(
+    values: dict[str, float],
+    path: str | os.PathLike,
+    title: str | None = None,
+    xlabel: str = "ESS",
+) -> Path | None:
+    """Write horizontal bars of ``values`` (e.g. ESS per method or per layer), first on top.
+
+    Each bar is annotated with its value. Returns ``None`` without matplotlib or for no
+    values.
+    """
+    if not values:
+        return None
+    fig = _new_figure((6.0, 0.35 * len(values) + 1.2))
+    if fig is None:
+        return None
+    labels = list(values)
+    widths = [float(values[k]) for k in labels]
+    ax = fig.subplots()
+    bars = ax.barh(range(len(labels)), widths, color="tab:blue", edgecolor="black")
+    ax.bar_label(bars, fmt="%.4g", padding=2, fontsize=8)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.margins(x=0.15)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title)
     fig.tight_layout()
     return _save_png(fig, path)
