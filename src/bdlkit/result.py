@@ -6,8 +6,9 @@ an optimiser. ``Result.predict(x)`` is the Bayesian model average over draws::
 
     p(y | x, D) ≈ (1/S) Σ_s p(y | x, θ_s)
 
-returned as class probabilities, or for a Gaussian likelihood as the mixture's mean
-and variance (``Var = mean_s σ_s² + mean_s (μ_s - μ̄)²``, merged draw by draw). ``save``/``load``
+computed in log space and streamed over draws by :mod:`bdlkit.predictive`, returned as
+class probabilities, or for a Gaussian likelihood as the mixture's mean and variance
+(``Var = mean_s σ_s² + mean_s (μ_s - μ̄)²``); ``Result.predictive`` gives the extras. ``save``/``load``
 write JSON and safetensors only (no pickle), atomically.
 """
 
@@ -24,8 +25,8 @@ from torch import Tensor
 from . import rng
 from .algorithms import get_method
 from .collect import SampleStore
+from .predictive import ClassificationBMA, RegressionBMA, bma
 from .problems import BayesianModel, GaussianPredictive
-from .problems.likelihoods import cat_predictives
 from .serialization import (
     load_json,
     load_tensors,
@@ -132,43 +133,58 @@ class Result:
         return index(self.samples, slice(-n, None))
 
     # ------------------------------------------------------------------ prediction
+    def iter_draws(self, num_samples: int = 32, chunk: int = 16) -> Iterator[TensorTree]:
+        """Single parameter draws to average over, streamed: a sampler's kept draws (a disk
+        store shard by shard), ``num_samples`` draws of a VI approximation (``chunk`` at a
+        time, seeded), or an optimiser's point."""
+        if self.kind == "sampler":
+            if self.store is not None:
+                chunks = self.store.iter_chunks()
+            elif self.samples is not None:
+                chunks = iter([self._last_kept(self.num_kept)])
+            else:
+                chunks = iter(())
+            for draws in chunks:
+                yield from (index(draws, s) for s in range(_leading(draws)))
+        elif self.kind == "vi":
+            q = self.algorithm.approximation(self.state)
+            gen = rng.generator(0)
+            for start in range(0, num_samples, chunk):
+                draws = q.sample(min(chunk, num_samples - start), gen)
+                yield from (index(draws, s) for s in range(_leading(draws)))
+        else:
+            yield self.params
+
     @torch.no_grad()
+    def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
+                   chunk_size: int = 1024) -> ClassificationBMA | RegressionBMA:
+        """The streaming BMA at ``x`` with its extras (:mod:`bdlkit.predictive`): log
+        probabilities, entropies and, with ``y``, per-draw metrics; or the Gaussian
+        mixture's moments and its log density at ``y``."""
+        if self.problem is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        if not isinstance(self.problem, BayesianModel):
+            raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if self.kind == "sampler" and self.num_kept == 0:
+            raise ValueError("no samples were kept: increase steps or lower burnin/thin")
+        return bma(self.problem, self.iter_draws(num_samples), x, y, chunk_size)
+
     def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
         """Bayesian model average at inputs ``x`` (see the module docstring).
 
         ``num_samples`` draws are used for VI (kept samples for samplers, the point
         for optimisers). Inputs are processed in chunks of ``chunk_size``; with
         ``buffers="batch_stats"`` normalisation uses each chunk's statistics, so keep
-        chunks large.
+        chunks large. Returns class probabilities or a GaussianPredictive, in the dtype of
+        ``x`` (accumulated in float64).
         """
-        if self.problem is None:
-            raise ValueError("this result was loaded without its problem; pass problem= to load")
-        if not isinstance(self.problem, BayesianModel):
-            raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
-        if num_samples < 1 or chunk_size < 1:
-            raise ValueError("num_samples and chunk_size must be >= 1")
-        chunks = [x[i : i + chunk_size] for i in range(0, len(x), chunk_size)]
-        bma = _BMA()
-        for draws in self._draw_chunks(num_samples):
-            count = next(iter(draws.values())).shape[0]
-            for s in range(count):
-                theta = index(draws, s)
-                bma.add([self.problem.predictive(theta, xc) for xc in chunks])
-        return bma.result()
-
-    def _draw_chunks(self, num_samples: int) -> Iterator[dict[str, Tensor]]:
-        """Draws to average over, a stacked chunk at a time (a disk store streams shards)."""
-        if self.kind == "sampler":
-            if self.store is not None:
-                if len(self.store) == 0:
-                    raise ValueError("no samples were kept: increase steps or lower burnin/thin")
-                yield from self.store.iter_chunks()
-            else:
-                yield self._last_kept(self.num_kept)
-        elif self.kind == "vi":
-            yield self.sample(num_samples)
-        else:
-            yield tree_map(lambda t: t.unsqueeze(0), self.params)
+        out = self.predictive(x, num_samples=num_samples, chunk_size=chunk_size)
+        dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+        if isinstance(out, ClassificationBMA):
+            return out.probs.to(dtype)
+        return GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
@@ -223,41 +239,5 @@ def load(path: str | os.PathLike, problem: Problem | None = None) -> Result:
     return Result(problem, algorithm, state, samples, meta.get("history", []), config)
 
 
-class _BMA:
-    """Running Bayesian model average over draws, one draw's predictions at a time.
-
-    Class probabilities are averaged; Gaussian predictives are merged exactly with
-    Welford's update of the mean and of M2 = Σ (μ_s - μ̄)² (no E[μ²] - E[μ]²
-    cancellation), so ``Var = mean_s σ_s² + M2 / S``.
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.mean: Tensor | None = None
-        self.m2: Tensor | None = None
-        self.noise: Tensor | None = None
-        self.gaussian = False
-
-    def add(self, preds: list[Any]) -> None:
-        self.count += 1
-        pred = cat_predictives(preds)
-        self.gaussian = isinstance(pred, GaussianPredictive)
-        mean = pred.mean if self.gaussian else pred
-        if self.mean is None:
-            self.mean = mean.clone()
-            if self.gaussian:
-                self.m2 = torch.zeros_like(mean)
-                self.noise = pred.var.clone()
-            return
-        delta = mean - self.mean
-        self.mean += delta / self.count
-        if self.gaussian:
-            self.m2 += delta * (mean - self.mean)
-            self.noise += (pred.var - self.noise) / self.count
-
-    def result(self) -> Any:
-        if self.mean is None:
-            raise ValueError("no draws to average over")
-        if self.gaussian:
-            return GaussianPredictive(self.mean, self.noise + self.m2 / self.count)
-        return self.mean
+def _leading(draws: TensorTree) -> int:
+    return next(iter(draws.values())).shape[0] if isinstance(draws, dict) else draws.shape[0]

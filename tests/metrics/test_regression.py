@@ -35,7 +35,7 @@ def test_against_naive_loops(seed, shape):
     assert rmse(mean, y) == pytest.approx(r, rel=1e-12)
     assert gaussian_nll(mean, var, y) == pytest.approx(n, rel=1e-12)
     out = regression_metrics(GaussianPredictive(mean, var), y)
-    assert out == pytest.approx({"rmse": r, "nll": n})
+    assert {k: out[k] for k in ("rmse", "nll")} == pytest.approx({"rmse": r, "nll": n})
 
 
 def test_matches_torch_gaussian_nll_and_likelihood():
@@ -54,7 +54,10 @@ def test_y_scale_converts_to_original_units():
     loc, scale = 5.0, 3.0
     base = regression_metrics(GaussianPredictive(mean, var), y, y_scale=scale)
     r, n = ref(loc + scale * mean, scale**2 * var, loc + scale * y)
-    assert base == pytest.approx({"rmse": r, "nll": n}, rel=1e-12)
+    assert {k: base[k] for k in ("rmse", "nll")} == pytest.approx({"rmse": r, "nll": n},
+                                                                  rel=1e-12)
+    assert base["coverage_90"] == regression_metrics(GaussianPredictive(mean, var), y)[
+        "coverage_90"]  # unit-free
 
 
 def test_single_sample_and_perfect_mean():
@@ -86,3 +89,40 @@ def test_validation(mean, var, y, match):
         gaussian_nll(mean, var, y)
     with pytest.raises(ValueError, match="y_scale"):
         regression_metrics(GaussianPredictive(torch.zeros(2), torch.ones(2)), torch.zeros(2), 0.0)
+
+
+def test_mae_and_coverage_against_loops():
+    g = torch.Generator().manual_seed(0)
+    mean = torch.randn(200, generator=g, dtype=torch.float64)
+    var = torch.rand(200, generator=g, dtype=torch.float64) + 0.1
+    y = mean + var.sqrt() * torch.randn(200, generator=g, dtype=torch.float64)
+    from scipy.stats import norm
+
+    from bdlkit.metrics import coverage, mae
+
+    assert mae(mean, y) == pytest.approx(np.mean([abs(a - b) for a, b in zip(mean.tolist(),
+                                                                           y.tolist())]))
+    for level in (0.5, 0.9, 0.95):
+        z = norm.ppf((1 + level) / 2)
+        inside = np.mean([abs(t - m) <= z * np.sqrt(v) for m, v, t in zip(mean.tolist(),
+                                                                         var.tolist(),
+                                                                         y.tolist())])
+        assert coverage(mean, var, y, level) == pytest.approx(inside)
+    with pytest.raises(ValueError, match="level"):
+        coverage(mean, var, y, 1.0)
+
+
+def test_regression_metrics_keys_units_and_mixture_nll():
+    from bdlkit.problems.likelihoods import GaussianPredictive
+
+    mean = torch.zeros(4, dtype=torch.float64)
+    var = torch.ones(4, dtype=torch.float64)
+    y = torch.tensor([0.0, 1.0, -1.0, 3.0], dtype=torch.float64)
+    log_density = torch.full((4,), -2.0, dtype=torch.float64)
+    out = regression_metrics(GaussianPredictive(mean, var), y, y_scale=2.0,
+                             log_density=log_density)
+    assert set(out) == {"rmse", "mae", "nll", "nll_mixture", "coverage_50", "coverage_90",
+                        "coverage_95"}
+    assert out["mae"] == pytest.approx(2.0 * 5 / 4)
+    assert out["nll_mixture"] == pytest.approx(2.0 + np.log(2.0))
+    assert out["coverage_95"] == 0.75

@@ -16,10 +16,19 @@ from .classification import (
     nll,
     reliability_bins,
 )
-from .ood import ood_auroc, predictive_entropy
-from .regression import gaussian_nll, regression_metrics, rmse
+from .ood import auroc_aupr, max_prob_score, ood_auroc, ood_metrics, predictive_entropy
+from .reference import agreement, load_reference, total_variation
+from .regression import coverage, gaussian_nll, mae, regression_metrics, rmse
 
 __all__ = [
+    "agreement",
+    "auroc_aupr",
+    "coverage",
+    "load_reference",
+    "mae",
+    "max_prob_score",
+    "ood_metrics",
+    "total_variation",
     "accuracy",
     "brier",
     "classification_metrics",

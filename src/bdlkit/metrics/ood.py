@@ -1,11 +1,17 @@
 """Out-of-distribution detection from a BMA predictive (``algorithms.md`` C.5).
 
-The score is the predictive entropy H[p̄(·|x)] = -Σ_k p̄_k log p̄_k; OOD inputs are
-the positive class. AUROC comes from torchmetrics (``binary_auroc``).
+OOD inputs are the positive class; the higher a score, the more OOD. Three scores:
+the predictive entropy H[p̄(·|x)], the negated max probability −max_k p̄_k, and the
+mutual information H[p̄] − E_s H[p_s] (epistemic uncertainty; needs per-draw entropies,
+see :class:`bdlkit.predictive.ClassificationBMA`). AUROC and AUPR (average precision)
+come from scikit-learn (``roc_auc_score``, ``average_precision_score``), as in the
+papers' protocol: float64 and exact with tied scores (torchmetrics accumulates in
+float32).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -16,17 +22,46 @@ def predictive_entropy(probs: Tensor) -> Tensor:
     return -(p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))).sum(-1)
 
 
+def max_prob_score(probs: Tensor) -> Tensor:
+    """``−max_k p_k``: higher for less confident, more likely OOD, inputs."""
+    return -probs.double().max(-1).values
+
+
+def auroc_aupr(score_in: Tensor, score_out: Tensor) -> tuple[float, float]:
+    """AUROC and AUPR for telling ``score_out`` (OOD, positive) from ``score_in``."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    if score_in.ndim != 1 or score_out.ndim != 1:
+        raise ValueError("scores must be 1-D, one per input")
+    if not len(score_in) or not len(score_out):
+        raise ValueError("both in-distribution and OOD sets must be non-empty")
+    scores = torch.cat([score_in.double(), score_out.double()]).cpu().numpy()
+    if np.isnan(scores).any():
+        raise ValueError("OOD scores contain NaN")
+    target = np.r_[np.zeros(len(score_in)), np.ones(len(score_out))]
+    return float(roc_auc_score(target, scores)), float(average_precision_score(target, scores))
+
+
 def ood_auroc(probs_in: Tensor, probs_out: Tensor) -> float:
-    """AUROC of the entropy for telling ``probs_out`` (OOD) from ``probs_in``."""
+    """AUROC of the predictive entropy for telling ``probs_out`` (OOD) from ``probs_in``."""
     if probs_in.ndim != 2 or probs_out.ndim != 2 or probs_in.shape[1] != probs_out.shape[1]:
         raise ValueError(
             f"probs_in {tuple(probs_in.shape)} and probs_out {tuple(probs_out.shape)} must be "
             "(n, K) with the same K"
         )
-    if not len(probs_in) or not len(probs_out):
-        raise ValueError("both in-distribution and OOD sets must be non-empty")
-    from torchmetrics.functional.classification import binary_auroc  # slow import: lazy
+    return auroc_aupr(predictive_entropy(probs_in), predictive_entropy(probs_out))[0]
 
-    scores = torch.cat([predictive_entropy(probs_in), predictive_entropy(probs_out)])
-    target = torch.cat([torch.zeros(len(probs_in)), torch.ones(len(probs_out))]).long()
-    return float(binary_auroc(scores.cpu(), target))
+
+def ood_metrics(bma_in, bma_out) -> dict[str, float]:
+    """AUROC and AUPR for entropy, max probability and mutual information.
+
+    ``bma_in``/``bma_out``: :class:`~bdlkit.predictive.ClassificationBMA` of the test and
+    OOD inputs. Keys ``ood_auroc`` (entropy, the headline number), ``ood_aupr``, and
+    ``ood_{auroc,aupr}_{maxprob,mi}``.
+    """
+    out: dict[str, float] = {}
+    for name, score in (("", lambda b: b.entropy), ("_maxprob", lambda b: max_prob_score(b.probs)),
+                        ("_mi", lambda b: b.mutual_information)):
+        auroc, aupr = auroc_aupr(score(bma_in), score(bma_out))
+        out[f"ood_auroc{name}"], out[f"ood_aupr{name}"] = auroc, aupr
+    return out

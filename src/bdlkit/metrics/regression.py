@@ -16,7 +16,9 @@ from torch import Tensor
 
 from ..problems.likelihoods import GaussianPredictive
 
-__all__ = ["gaussian_nll", "regression_metrics", "rmse"]
+__all__ = ["coverage", "gaussian_nll", "mae", "regression_metrics", "rmse"]
+
+COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
 
 def _match(ref: Tensor, other: Tensor, name: str) -> Tensor:
@@ -50,6 +52,29 @@ def rmse(mean: Tensor, y: Tensor) -> float:
     return math.sqrt(float(((mean.double() - y.double()) ** 2).mean()))
 
 
+def mae(mean: Tensor, y: Tensor) -> float:
+    """``mean over all elements of |mean − y|``."""
+    y = _match(mean, y, "y")
+    _check_finite(mean, "mean")
+    _check_finite(y, "y")
+    return float((mean.double() - y.double()).abs().mean())
+
+
+def coverage(mean: Tensor, var: Tensor, y: Tensor, level: float) -> float:
+    """Fraction of elements inside the central ``level`` interval of N(mean, var):
+    ``|y − mean| ≤ Φ⁻¹((1 + level)/2) · sqrt(var)``.
+
+    For a BMA over several draws this is the moment-matched Gaussian's interval, not the
+    mixture's own quantiles (which need every component per point).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    y, var = _match(mean, y, "y"), _match(mean, var, "var")
+    z = float(torch.special.ndtri(torch.tensor((1 + level) / 2, dtype=torch.float64)))
+    inside = (y.double() - mean.double()).abs() <= z * var.double().sqrt()
+    return float(inside.double().mean())
+
+
 def gaussian_nll(mean: Tensor, var: Tensor, y: Tensor) -> float:
     """``mean over elements of ½ log(2π var) + (y − mean)² / (2 var)`` (−log N(y; mean, var))."""
     y = _match(mean, y, "y")
@@ -63,17 +88,31 @@ def gaussian_nll(mean: Tensor, var: Tensor, y: Tensor) -> float:
 
 
 def regression_metrics(
-    pred: GaussianPredictive, y: Tensor, y_scale: float = 1.0
+    pred: GaussianPredictive,
+    y: Tensor,
+    y_scale: float = 1.0,
+    log_density: Tensor | None = None,
 ) -> dict[str, float]:
-    """``{"rmse", "nll"}`` in original units for targets standardised as ``(y − μ)/y_scale``.
+    """Metrics in original units for targets standardised as ``(y − μ)/y_scale``.
 
-    RMSE scales by ``y_scale``; the density of ``y_orig = μ + y_scale · y`` is the standardised
-    density divided by ``y_scale``, so the NLL gains ``+ log(y_scale)``.
+    ``rmse`` and ``mae`` scale by ``y_scale``; the density of ``y_orig = μ + y_scale · y``
+    is the standardised density divided by ``y_scale``, so NLLs gain ``+ log(y_scale)``.
+    ``nll`` is the moment-matched Gaussian's; with ``log_density`` (the BMA mixture's
+    log density at each example, :class:`bdlkit.predictive.RegressionBMA`) ``nll_mixture``
+    is the mixture's own, per target element. ``coverage_50/90/95``: see :func:`coverage`.
     """
     if not y_scale > 0 or not math.isfinite(y_scale):
         raise ValueError(f"y_scale must be a positive finite number, got {y_scale}")
     mean, var = pred
-    return {
+    out = {
         "rmse": rmse(mean, y) * y_scale,
+        "mae": mae(mean, y) * y_scale,
         "nll": gaussian_nll(mean, var, y) + math.log(y_scale),
     }
+    if log_density is not None:
+        per_example = mean[0].numel()
+        nll = -float(log_density.double().mean()) / per_example
+        out["nll_mixture"] = nll + math.log(y_scale)
+    for level in COVERAGE_LEVELS:
+        out[f"coverage_{round(100 * level)}"] = coverage(mean, var, y, level)
+    return out

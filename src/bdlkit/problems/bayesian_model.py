@@ -175,6 +175,11 @@ class BayesianModel:
         _, lik = self.split(params)
         return self.likelihood.predictive(self.forward(params, x), lik)
 
+    def log_predictive(self, params: Params, x: Tensor) -> Tensor:
+        """Log class probabilities ``(n, K)`` of one draw (classification likelihoods)."""
+        _, lik = self.split(params)
+        return self.likelihood.log_predictive(self.forward(params, x), lik)
+
     # ----------------------------------------------------------------- validation
     def validate_data(self, data: Any) -> None:
         """Check inputs and targets before any training step; raise ``ValueError``.

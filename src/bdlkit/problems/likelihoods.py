@@ -54,6 +54,10 @@ class Likelihood:
         """Predictive distribution of one parameter draw."""
         raise NotImplementedError
 
+    def log_predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        """Log class probabilities ``(n, K)`` of one draw (classification likelihoods)."""
+        raise NotImplementedError(f"{type(self).__name__} has no class probabilities")
+
     def check_targets(self, y: Tensor, outputs: Tensor) -> None:
         """Raise ``ValueError`` if ``y`` cannot be scored against ``outputs``."""
 
@@ -72,6 +76,9 @@ class Categorical(Likelihood):
 
     def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
         return outputs.softmax(-1)
+
+    def log_predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        return outputs.log_softmax(-1)
 
     def check_targets(self, y: Tensor, outputs: Tensor) -> None:
         if y.dtype.is_floating_point or y.dtype == torch.bool:
@@ -108,6 +115,11 @@ class Bernoulli(Likelihood):
 
     def predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
         return torch.sigmoid(outputs.reshape(outputs.shape[0]))
+
+    def log_predictive(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> Tensor:
+        """``(n, 2)``: log p(y = 0) and log p(y = 1)."""
+        f = outputs.reshape(outputs.shape[0])
+        return torch.stack([F.logsigmoid(-f), F.logsigmoid(f)], dim=-1)
 
     def check_targets(self, y: Tensor, outputs: Tensor) -> None:
         if y.ndim != 1 or outputs.numel() != y.numel():

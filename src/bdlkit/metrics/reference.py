@@ -1,0 +1,73 @@
+"""Agreement and total variation against a reference predictive (HMC), ``algorithms.md`` C.4.
+
+Definitions of the NeurIPS 2021 BDL competition (Izmailov et al. 2021)::
+
+    agreement = (1/n) Σ_i 1[argmax_c p̂(c|x_i) = argmax_c p_ref(c|x_i)]
+    TV        = (1/n) Σ_i ½ Σ_c |p̂(c|x_i) − p_ref(c|x_i)|
+
+Rows must be aligned by test index (the caller's job; see C.4 on L2E's permuted subset).
+Two lines each, so written here rather than pulled from a library.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def _check(probs: Tensor, ref: Tensor) -> None:
+    if probs.ndim != 2 or probs.shape != ref.shape:
+        raise ValueError(
+            f"predictive {tuple(probs.shape)} and reference {tuple(ref.shape)} must both be "
+            "(n, K) with the same n and K, rows aligned by test index"
+        )
+    if torch.isnan(probs).any() or torch.isnan(ref).any():
+        raise ValueError("predictive or reference probabilities contain NaN")
+
+
+def agreement(probs: Tensor, ref: Tensor) -> float:
+    """Fraction of inputs whose top class matches the reference's."""
+    _check(probs, ref)
+    return float((probs.argmax(-1) == ref.to(probs.device).argmax(-1)).double().mean())
+
+
+def total_variation(probs: Tensor, ref: Tensor) -> float:
+    """Mean over inputs of ½ Σ_c |p̂ − p_ref|."""
+    _check(probs, ref)
+    diff = probs.double() - ref.to(probs.device).double()
+    return float(0.5 * diff.abs().sum(-1).mean())
+
+
+def load_reference(path: str | os.PathLike) -> Tensor:
+    """Reference probabilities ``(n, K)`` from ``.npy``/``.npz`` (no pickle) or safetensors.
+
+    An ``.npz`` or safetensors file must hold exactly one array (or one named ``probs``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"reference file {path} does not exist")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return torch.from_numpy(np.load(path, allow_pickle=False))
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        elif suffix == ".safetensors":
+            from ..serialization import load_tensors
+
+            arrays = load_tensors(path)
+        else:
+            raise ValueError(f"unsupported reference format {suffix!r}: use .npy, .npz or "
+                             ".safetensors")
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read reference probabilities from {path}: {err}") from None
+    if "probs" in arrays:
+        return torch.as_tensor(arrays["probs"])
+    if len(arrays) != 1:
+        raise ValueError(f"{path} holds {sorted(arrays)}; name the probabilities 'probs'")
+    return torch.as_tensor(next(iter(arrays.values())))
