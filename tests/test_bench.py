@@ -16,4 +16,12 @@ def test_runner_suite_reports_overhead_and_leaves_the_chain_unchanged(tmp_path):
 
 
 def test_every_suite_is_described():
-    assert set(bench.SUITES) == set(bench.DESCRIPTIONS) >= {"digits", "runner"}
+    assert set(bench.SUITES) == set(bench.DESCRIPTIONS) >= {"digits", "runner", "diagnostics"}
+
+
+def test_diagnostics_suite_matches_arviz(tmp_path):
+    from bdlkit.bench import diagnostics_speed
+
+    rows = diagnostics_speed.run(tmp_path, coords=60, arviz_coords=20, draws=100, echo=False)
+    assert [r["diagnostic"] for r in rows] == ["rhat (rank)", "ess (bulk)"]
+    assert all(r["max_abs_diff"] < 1e-6 and r["speedup"] > 0 for r in rows)

@@ -151,8 +151,10 @@ def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentPa
 def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
     print(f"run directory: {run_dir}")
     for key, value in values.items():
+        if isinstance(value, dict):  # corruptions, diagnostics: see report.md
+            continue
         text = f"{value:.4f}" if isinstance(value, float) else str(value)
-        print(f"  {key:<12} {text}")
+        print(f"  {key:<18} {text}")
     print(f"report: {run_dir / 'report.md'}")
     return 0
 
@@ -160,7 +162,9 @@ def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from . import run
 
-    return _print_metrics(run.evaluate(args.run_dir, ood=args.ood), Path(args.run_dir))
+    values = run.evaluate(args.run_dir, ood=args.ood, reference=args.reference,
+                          corruptions=args.corruptions)
+    return _print_metrics(values, Path(args.run_dir))
 
 
 def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
@@ -212,9 +216,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     fit = _fit_parser(sub)
     p = sub.add_parser("evaluate", help="recompute metrics.json and report.md of a run",
                        epilog="examples:\n  bdlkit evaluate runs/sgld\n  bdlkit evaluate "
-                       "runs/mnist --ood notmnist", formatter_class=_FORMATTER)
+                       "runs/mnist --ood notmnist --corruptions\n  bdlkit evaluate runs/c10 "
+                       "--reference hmc_probs.npy", formatter_class=_FORMATTER)
     p.add_argument("run_dir", metavar="DIR", help="a run directory written by bdlkit fit")
-    p.add_argument("--ood", metavar="DATA", help="OOD data set for entropy AUROC")
+    p.add_argument("--ood", metavar="DATA",
+                   help="OOD data set: AUROC/AUPR of entropy, max probability and MI")
+    p.add_argument("--reference", metavar="FILE",
+                   help="reference (HMC) test probabilities (.npy/.npz/.safetensors, (n, K)): "
+                        "agreement and total variation")
+    p.add_argument("--corruptions", action="store_true",
+                   help="accuracy/NLL/ECE under 6 image corruptions x 5 severities")
     p = sub.add_parser("bench", help="run a benchmark suite side by side",
                        epilog="examples:\n  bdlkit bench digits --quick --out "
                        "benchmarks/results/digits\n\nsuites: " + ", ".join(bench.SUITES),

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from . import data as data_module
-from . import metrics, report
+from . import evaluation, metrics, run_report
 from .algorithms import get_method
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .collect import DiskStore
@@ -253,83 +253,27 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
     return Result(problem, runner.algorithm, state, store, history, config), cfg, ds
 
 
-def evaluate(run_dir: str | os.PathLike, *, ood: str | None = None) -> dict[str, float]:
-    """Recompute ``metrics.json`` and ``report.md`` of a finished run (optionally with OOD data)."""
+def evaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
+             reference: str | os.PathLike | None = None,
+             corruptions: bool = False) -> dict[str, Any]:
+    """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
+    data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`)."""
     result, cfg, ds = load_run(run_dir)
-    return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood)
+    return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood, reference=reference,
+                           corruptions=corruptions)
 
 
-def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path,
-                    ood: str | None = None) -> dict[str, float]:
-    """Test (and OOD) metrics of ``result``; writes ``metrics.json``, plots and ``report.md``."""
-    pred = result.predict(ds.x_test, num_samples=cfg.eval_samples)
-    values: dict[str, Any] = dict(predictive_metrics(pred, ds.y_test, ds))
-    values["num_test"] = len(ds.y_test)
-    values["num_draws"] = _num_draws(result, cfg)
-    if ood is not None:
-        values.update(ood_metrics(result, cfg, ds, pred, ood))
-    save_json(run_dir / "metrics.json", values)
-    plots = []
-    if ds.task == "classification":
-        if report.reliability_diagram(pred, ds.y_test, run_dir / "reliability.png",
-                                      title=f"{cfg.method} on {cfg.data}"):
-            plots.append("reliability.png")
-    keys = ["log_prob"] + sorted({k for e in result.history for k in e if k.startswith("eval/")})
-    if report.history_plot(result.history, run_dir / "history.png", keys):
-        plots.append("history.png")
-    write_report(run_dir, cfg, values, result, plots)
-    return values
-
-
-def ood_metrics(result: Result, cfg: RunConfig, ds: Any, pred: Tensor, name: str) -> dict:
-    """AUROC of the BMA predictive entropy for in-distribution test vs ``name`` (OOD) inputs."""
-    if ds.task != "classification":
-        raise ValueError("--ood needs a classification run")
-    ood_ds = data_module.load(name, root=cfg.data_root)
-    x_ood = ood_ds.x_test if len(ood_ds.x_test) else ood_ds.x_train
-    if tuple(x_ood.shape[1:]) != tuple(ds.x_test.shape[1:]):
-        raise ValueError(
-            f"OOD data {name!r} has inputs of shape {tuple(x_ood.shape[1:])}, the run's data "
-            f"{tuple(ds.x_test.shape[1:])}; pick an OOD set of the same shape (mnist: notmnist)"
-        )
-    pred_ood = result.predict(x_ood.to(ds.x_test.device), num_samples=cfg.eval_samples)
-    return {"ood_auroc": metrics.ood_auroc(pred, pred_ood), "ood_data": name}
-
-
-def _num_draws(result: Result, cfg: RunConfig) -> int:
-    if result.kind == "sampler":
-        return result.num_kept
-    return cfg.eval_samples if result.kind == "vi" else 1
-
-
-def write_report(run_dir: Path, cfg: RunConfig, values: dict[str, Any], result: Result,
-                 plots: list[str]) -> None:
-    """``report.md``: metrics, run summary, configuration and plots."""
-    last = result.history[-1] if result.history else {}
-    wall = result.config.get("wall_time_s")
-    rows = [{"metric": k, "value": v} for k, v in values.items()]
-    summary = [
-        {"item": "method", "value": f"{cfg.method} ({result.kind})"},
-        {"item": "model / data", "value": f"{cfg.model} / {cfg.data}"},
-        {"item": "steps", "value": result.config.get("steps")},
-        {"item": "draws averaged", "value": values.get("num_draws")},
-        {"item": "final log density (minibatch)", "value": last.get("log_prob", "n/a")},
-        {"item": "wall time (s)", "value": f"{wall:.1f}" if wall is not None else "n/a"},
-    ]
-    text = [
-        f"# bdlkit run: {cfg.method} on {cfg.data} ({cfg.model})\n",
-        f"Reproduce exactly: `bdlkit fit --config {run_dir / 'config.yaml'} --out NEW_DIR` "
-        "(burn-in, thinning and checkpoint cadence are pinned there: drop them to change "
-        "the number of steps)\n",
-        "## Test metrics\n", report.markdown_table(rows), "",
-        "## Run\n", report.markdown_table(summary), "",
-        "## Configuration\n", "```yaml", (run_dir / "config.yaml").read_text().rstrip(), "```", "",
-    ]
-    if plots:
-        text += ["## Plots\n"] + [f"![{p}]({p})" for p in plots] + [""]
-    else:
-        text += ["Plots skipped: matplotlib is not installed (`pip install bdlkit[plots]`).", ""]
-    atomic_write_bytes(run_dir / "report.md", ("\n".join(text) + "\n").encode())
+def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path, *,
+                    ood: str | None = None, reference: str | os.PathLike | None = None,
+                    corruptions: bool = False) -> dict[str, Any]:
+    """Everything that applies to ``result``; writes ``metrics.json``, plots and ``report.md``."""
+    ood_ds = data_module.load(ood, root=cfg.data_root) if ood else None
+    ref = metrics.load_reference(reference) if reference else None
+    ev = evaluation.evaluate(result, ds, num_samples=cfg.eval_samples, ood=ood_ds,
+                             reference=ref, corruptions=corruptions)
+    save_json(run_dir / "metrics.json", ev.metrics)
+    run_report.write(run_dir, cfg, result, ev, ds)
+    return ev.metrics
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, Any]:

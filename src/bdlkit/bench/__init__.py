@@ -13,14 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import digits, runner_overhead
+from . import diagnostics_speed, digits, runner_overhead
 
 Suite = Callable[..., list[dict[str, Any]]]
 
-SUITES: dict[str, Suite] = {"digits": digits.run, "runner": runner_overhead.run}
+SUITES: dict[str, Suite] = {
+    "digits": digits.run,
+    "runner": runner_overhead.run,
+    "diagnostics": diagnostics_speed.run,
+}
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
     "runner": runner_overhead.DESCRIPTION,
+    "diagnostics": diagnostics_speed.DESCRIPTION,
 }
 
 

@@ -36,3 +36,20 @@ def prepare_bench_out(out: Path) -> Path:
 
     return prepare_out(out, overwrite=True, marker=".bdlkit-bench",
                        entries=("results.json", "results.md", "report.md", "runs"))
+
+
+def write_results(out: Path, suite: str, quick: bool, command: str | None, title: str,
+                  setup: str, rows: list[dict[str, Any]], meta: dict[str, Any],
+                  note: str = "", floatfmt: str = ".4f") -> str:
+    """``results.json`` (rows, settings, command, machine) and ``results.md`` (a table)."""
+    from .. import report
+    from ..serialization import atomic_write_bytes, save_json
+
+    command = command or f"bdlkit bench {suite}{' --quick' if quick else ''} --out {out}"
+    machine = machine_info()
+    save_json(out / "results.json", {"suite": suite, "command": command, **meta,
+                                     "machine": machine, "rows": rows})
+    text = (f"# {suite}: {title}\n\nCommand: `{command}`  \n{setup}; machine: {machine}\n\n"
+            f"{report.markdown_table(rows, floatfmt=floatfmt)}\n" + (f"\n{note}\n" if note else ""))
+    atomic_write_bytes(out / "results.md", text.encode())
+    return command

@@ -23,14 +23,13 @@ from typing import Any
 
 import torch
 
-from .. import data, models, report
+from .. import data, models
 from ..algorithms import get_method
 from ..batches import Batches
 from ..problems import BayesianModel
 from ..rng import fold_in
 from ..runner import DATA_SEED_SALT, Runner, default_store
-from ..serialization import atomic_write_bytes, save_json
-from .common import machine_info, prepare_bench_out, warm_up
+from .common import prepare_bench_out, warm_up, write_results
 
 DESCRIPTION = "Runner overhead over a bare step loop (memory, run dir with checkpoints)"
 
@@ -59,15 +58,10 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     same = all(torch.equal(finals["bare"][k], finals[m][k]) for m in finals for k in finals[m])
     rows = [{"mode": mode, "seconds": statistics.median(t), "ratio": statistics.median(t) / base,
              "ms_per_step": 1e3 * statistics.median(t) / steps} for mode, t in times.items()]
-    command = command or f"bdlkit bench runner{' --quick' if quick else ''} --out {out}"
-    save_json(out / "results.json", {"suite": "runner", "command": command, "steps": steps,
-                                     "repeats": repeats, "same_final_state": same,
-                                     "machine": machine_info(), "rows": rows})
-    text = (f"# runner: overhead over a bare step loop\n\nCommand: `{command}`  \n"
-            f"SGLD on the digits MLP, {steps} steps, median of {repeats}; "
-            f"machine: {machine_info()}\n\n{report.markdown_table(rows)}\n\n"
-            f"Bit-identical final state in all three modes: {same}.\n")
-    atomic_write_bytes(out / "results.md", text.encode())
+    write_results(out, "runner", quick, command, "overhead over a bare step loop",
+                  f"SGLD on the digits MLP, {steps} steps, median of {repeats}", rows,
+                  {"steps": steps, "repeats": repeats, "same_final_state": same},
+                  note=f"Bit-identical final state in all three modes: {same}.")
     return rows
 
 

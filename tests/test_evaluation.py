@@ -1,0 +1,89 @@
+"""`bdlkit evaluate` end to end: every metric that applies, written to metrics.json and report.md."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from bdlkit.cli import main
+
+QUICK = ["--steps", "60", "--log-every", "20", "--no-progress", "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval") / "sgld"
+    assert main(["fit", "--method", "sgld", "--data", "digits", "--out", str(out), *QUICK]) == 0
+    return out
+
+
+@pytest.fixture
+def run(digits_run, tmp_path):
+    dst = tmp_path / "run"
+    shutil.copytree(digits_run, dst)
+    return dst
+
+
+def _metrics(run_dir):
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def test_issue_acceptance_evaluate_digits_writes_nll_ece_brier(run):
+    assert main(["evaluate", str(run)]) == 0
+    values = _metrics(run)
+    for key in ("accuracy", "nll", "ece", "brier", "ece_all_class", "mce_all_class", "entropy",
+                "mutual_information", "sample_accuracy", "sample_nll"):
+        assert isinstance(values[key], float), key
+    assert values["sample_nll"] >= values["nll"]  # the BMA's NLL is below the mean draw's
+    diag = values["diagnostics"]
+    assert diag["chain_draws"] == values["num_draws"] == 30
+    assert 0 <= diag["weights_rhat_frac_below_1.1"] <= 1 and diag["weights_ess_sum"] > 0
+    assert set(diag["layers"]) == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
+    text = (run / "report.md").read_text()
+    assert "Sampling diagnostics" in text and "per training second" in text
+    for png in ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png",
+                "trace.png"):
+        assert (run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_reference_probabilities_give_agreement_and_tv(run, tmp_path):
+    from bdlkit.run import load_run
+
+    result, cfg, ds = load_run(run)
+    probs = result.predict(ds.x_test).double().numpy()
+    np.save(tmp_path / "same.npy", probs)
+    assert main(["evaluate", str(run), "--reference", str(tmp_path / "same.npy")]) == 0
+    values = _metrics(run)
+    assert values["agreement"] == 1.0 and values["total_variation"] < 1e-6
+    np.save(tmp_path / "short.npy", probs[:10])
+    assert main(["evaluate", str(run), "--reference", str(tmp_path / "short.npy")]) == 2
+
+
+def test_corruptions_six_kinds_five_severities(run):
+    assert main(["evaluate", str(run), "--corruptions"]) == 0
+    corr = _metrics(run)["corruptions"]
+    names = {"gaussian_noise", "shot_noise", "gaussian_blur", "contrast", "brightness",
+             "pixelate"}
+    assert set(corr) == names | {"mean"}
+    for name in names:
+        assert set(corr[name]) == {"1", "2", "3", "4", "5"}
+    clean = _metrics(run)["accuracy"]
+    assert corr["gaussian_noise"]["5"]["accuracy"] < clean  # the shift hurts
+    assert "Covariate shift" in (run / "report.md").read_text()
+
+
+def test_regression_run_metrics(tmp_path):
+    out = tmp_path / "uci"
+    argv = ["fit", "--method", "sgld", "--data", "uci/yacht", "--lr", "0.01", "--out", str(out),
+            *QUICK]
+    rc = main(argv)
+    if rc == 2 and not (out / "config.yaml").exists():
+        pytest.skip("UCI data not available here")
+    assert rc == 0
+    values = _metrics(out)
+    for key in ("rmse", "mae", "nll", "nll_mixture", "coverage_50", "coverage_90",
+                "coverage_95"):
+        assert isinstance(values[key], float), key
+    assert values["coverage_50"] <= values["coverage_90"] <= values["coverage_95"]
+    assert main(["evaluate", str(out), "--corruptions"]) == 2  # classification only
