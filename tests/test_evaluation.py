@@ -87,3 +87,39 @@ def test_regression_run_metrics(tmp_path):
         assert isinstance(values[key], float), key
     assert values["coverage_50"] <= values["coverage_90"] <= values["coverage_95"]
     assert main(["evaluate", str(out), "--corruptions"]) == 2  # classification only
+
+
+def test_diagnostics_stream_the_store_and_never_load_every_draw(digits_run):
+    from bdlkit.diagnostics_report import sampler_diagnostics
+    from bdlkit.run import load_run
+
+    result, cfg, ds = load_run(digits_run)
+    diag = sampler_diagnostics(result, ds.x_test[:16])
+    assert result._samples is None  # nothing cached: one parameter at a time
+    assert diag["chain_draws"] == 30 and diag["function_probe_points"] == 16
+
+
+def test_single_draw_runs_have_no_mutual_information(tmp_path):
+    out = tmp_path / "map"
+    assert main(["fit", "--method", "map", "--data", "digits", "--out", str(out), *QUICK]) == 0
+    assert main(["evaluate", str(out), "--ood", "digits"]) == 0
+    values = _metrics(out)
+    assert "mutual_information" not in values and "ood_auroc_mi" not in values
+    assert values["ood_auroc"] == pytest.approx(0.5) and "diagnostics" not in values
+
+
+def test_reference_must_hold_probabilities(run, tmp_path, capsys):
+    from bdlkit.run import load_run
+
+    result, cfg, ds = load_run(run)
+    log_probs = result.predict(ds.x_test).double().log().numpy()
+    np.save(tmp_path / "log.npy", log_probs)
+    assert main(["evaluate", str(run), "--reference", str(tmp_path / "log.npy")]) == 2
+    assert "log probabilities" in capsys.readouterr().err
+
+
+def test_overwriting_a_sampler_run_with_map_leaves_no_stale_plots(run):
+    assert (run / "rhat_layers.png").exists()
+    assert main(["fit", "--method", "map", "--data", "digits", "--out", str(run), "--overwrite",
+                 *QUICK]) == 0
+    assert not (run / "rhat_layers.png").exists() and not (run / "trace.png").exists()

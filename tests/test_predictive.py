@@ -128,3 +128,36 @@ def test_bma_over_200_draws_of_a_100k_model_on_10k_points_runs_in_bounded_memory
     full = 200 * 10_000 * 10 * 4
     assert count == 200
     assert growth < full / 4, f"peak memory grew by {growth / 2**20:.1f} MiB"
+
+
+def test_regression_mixture_cdf_gives_interval_coverage():
+    from bdlkit.metrics import regression_metrics
+
+    torch.manual_seed(0)
+    net = nn.Linear(2, 1).double()
+    model = bdlkit.BayesianModel(net, bdlkit.problems.Gaussian(noise=0.5), prior=1.0,
+                                 num_data=10)
+    g = torch.Generator().manual_seed(2)
+    draws = [{n: torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in
+              model.init_params(g).items()} for _ in range(6)]
+    x = torch.randn(40, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(40, generator=g, dtype=torch.float64)
+    out = bma(model, iter(draws), x, y)
+    means = torch.stack([model.predictive(t, x).mean for t in draws])
+    cdf = torch.distributions.Normal(means, 0.5).cdf(y).mean(0)
+    assert torch.allclose(out.cdf, cdf)
+    values = regression_metrics(out.predictive, y, log_density=out.log_density, cdf=out.cdf)
+    assert values["coverage_90"] == ((cdf >= 0.05) & (cdf <= 0.95)).double().mean().item()
+
+
+def test_bernoulli_predict_returns_p_of_one():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 1).double()
+    model = bdlkit.BayesianModel(net, "bernoulli", prior=1.0, num_data=10)
+    x = torch.randn(7, 3, dtype=torch.float64)
+    res = bdlkit.Result(model, None, None, {k: v[None] for k, v in
+                                           model.init_params(torch.Generator()).items()},
+                        [], {"method": "sgld", "kind": "sampler"})
+    p = res.predict(x)
+    assert p.shape == (7,)
+    assert torch.allclose(p, model.predictive(model.init_params(torch.Generator()), x))

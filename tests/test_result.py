@@ -93,3 +93,14 @@ def test_saving_a_point_estimate_over_a_sampler_run_leaves_no_stale_samples(tmp_
     bdlkit.infer(t, "map", steps=20).save(tmp_path)
     back = bdlkit.load(tmp_path, problem=t)
     assert back.kind == "optimizer" and back.samples is None
+
+
+def test_save_json_writes_strict_json_with_nulls(tmp_path):
+    import json
+
+    from bdlkit.serialization import save_json
+
+    save_json(tmp_path / "m.json", {"a": float("nan"), "b": [float("inf"), 1.0],
+                                    "c": torch.tensor(float("nan"))})
+    assert json.loads((tmp_path / "m.json").read_text()) == {"a": None, "b": [None, 1.0],
+                                                             "c": None}

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .diagnostics import ess_tfp_single_chain, layerwise_rhat, rhat_split_sommer
+from .diagnostics import ess_tfp_single_chain, rhat_split_sommer, summarize
 from .problems.likelihoods import GaussianPredictive
 from .result import Result
 
@@ -33,17 +33,27 @@ TRACE_POINTS = 4
 def sampler_diagnostics(result: Result, x_probe: Tensor) -> dict[str, Any]:
     """Weight-space and function-space diagnostics of a sampler ``result`` (one chain).
 
-    Keys starting with ``_`` hold tensors for plots and are not JSON.
+    Draws are read one parameter tensor at a time (a disk store streams its shards), so
+    memory holds one layer's draws plus one R̂ and one ESS value per coordinate. The
+    likelihood's own parameters (``likelihood.*``) are left out of the weights. Keys
+    starting with ``_`` hold values for plots only.
     """
-    draws = result.samples  # (S, *shape) per parameter name
-    if not isinstance(draws, dict):
+    keys = [k for k in _parameter_names(result) if not k.startswith("likelihood.")]
+    if not keys:
         raise ValueError("sampler diagnostics need a network result (named parameters)")
-    count = next(iter(draws.values())).shape[0]
-    weights = {k: v.double() for k, v in draws.items()}
-    ess = {k: ess_tfp_single_chain(v.reshape(count, -1)) for k, v in weights.items()}
-    ess_all = torch.cat(list(ess.values()))
-    layers = layerwise_rhat({k: v.reshape(1, count, -1) for k, v in weights.items()})
-    summary = layers["all"]
+    layers: dict[str, dict[str, Any]] = {}
+    rhats, esses = [], []
+    count = 0
+    for key in keys:
+        w = _draws_of(result, key)  # (S, *shape)
+        count = w.shape[0]
+        flat = w.reshape(count, -1)
+        ess = ess_tfp_single_chain(flat)
+        rhat = rhat_split_sommer(flat[None])[0]
+        layers[key] = {**summarize(rhat), "ess_mean": float(ess.nanmean())}
+        rhats.append(rhat.cpu())
+        esses.append(ess.cpu())
+    ess_all, summary = torch.cat(esses), summarize(torch.cat(rhats))
     out: dict[str, Any] = {
         "chain_draws": count,
         "weights_ess_sum": float(ess_all.nansum()),
@@ -51,23 +61,19 @@ def sampler_diagnostics(result: Result, x_probe: Tensor) -> dict[str, Any]:
         "weights_rhat_split_mean": summary["mean"],
         "weights_rhat_frac_below_1.1": summary["frac_below_1.1"],
         "weights_rhat_frac_below_1.2": summary["frac_below_1.2"],
-        "layers": {k: {**v, "ess_mean": float(ess[k].nanmean())}
-                   for k, v in layers.items() if k != "all"},
+        "layers": layers,
     }
     probs = _probe_predictions(result, x_probe)  # (S, n_probe, K) or (S, n_probe)
     flat = probs.reshape(count, -1)
-    f_ess = ess_tfp_single_chain(flat)
-    f_rhat = rhat_split_sommer(flat[None])[0]
-    finite = f_rhat[~torch.isnan(f_rhat)]
+    f_rhat = summarize(rhat_split_sommer(flat[None])[0])
     out.update({
         "function_probe_points": len(x_probe),
-        "function_ess_mean": float(f_ess.nanmean()),
-        "function_rhat_split_mean": float(finite.mean()) if len(finite) else float("nan"),
-        "function_rhat_frac_below_1.1": float((finite < 1.1).double().mean())
-        if len(finite) else float("nan"),
+        "function_ess_mean": float(ess_tfp_single_chain(flat).nanmean()),
+        "function_rhat_split_mean": f_rhat["mean"],
+        "function_rhat_frac_below_1.1": f_rhat["frac_below_1.1"],
     })
-    out["_layers"] = {k: v for k, v in layers.items() if k != "all"}
-    out["_layer_ess"] = {k: float(v.nanmean()) for k, v in ess.items()}
+    out["_layers"] = layers
+    out["_layer_ess"] = {k: v["ess_mean"] for k, v in layers.items()}
     trace = probs[:, :TRACE_POINTS].reshape(count, min(TRACE_POINTS, probs.shape[1]), -1)
     out["_probe_trace"] = trace[..., 0] if trace.shape[-1] == 1 else trace.max(-1).values
     out["_probe_names"] = [f"probe {i}: max prob" if trace.shape[-1] > 1
@@ -75,9 +81,23 @@ def sampler_diagnostics(result: Result, x_probe: Tensor) -> dict[str, Any]:
     return out
 
 
+def _parameter_names(result: Result) -> list[str]:
+    if result.store is not None:
+        return list(result.store.shapes) if result.store.structure == "dict" else []
+    return list(result.samples) if isinstance(result.samples, dict) else []
+
+
+def _draws_of(result: Result, key: str) -> Tensor:
+    """All kept draws of parameter ``key``, stacked, read shard by shard."""
+    if result.store is not None:
+        return torch.cat([chunk[key] for chunk in result.store.iter_chunks()])
+    return result.samples[key]
+
+
 def _probe_predictions(result: Result, x: Tensor) -> Tensor:
     preds = []
     for theta in result.iter_draws():
+        theta = {k: v.to(x.device) for k, v in theta.items()}
         pred = result.problem.predictive(theta, x)
         preds.append(pred.mean if isinstance(pred, GaussianPredictive) else pred)
     return torch.stack(preds).double()

@@ -7,7 +7,7 @@ split → metrics (:mod:`bdlkit.metrics`), and optionally
   mutual-information AUROC/AUPR, ``algorithms.md`` C.5);
 * agreement and total variation against reference (HMC) probabilities (C.4);
 * covariate shift: six corruptions at five severities (:mod:`bdlkit.data.corruptions`),
-  all evaluated in one pass over the draws;
+  one corrupted copy of the test split in memory at a time;
 * sampling diagnostics of a sampler run (:func:`sampler_diagnostics`): single-chain ESS
   (L2E's TFP formula, C.7) and per-chain split R̂ (Sommer et al., C.8) on the weights
   layer by layer and on function-space quantities (predictive probabilities on a probe
@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from . import metrics
@@ -74,8 +73,8 @@ def evaluate(
     else:
         if ood is not None or reference is not None or corruptions:
             raise ValueError("--ood, --reference and --corruptions need a classification run")
-        scale = float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
-        values.update(metrics.regression_metrics(test.predictive, y, scale, test.log_density))
+        values.update(metrics.regression_metrics(test.predictive, y, target_scale(ds),
+                                                 test.log_density, test.cdf))
     values["num_test"] = len(y)
     values["num_draws"] = test.num_samples
     diag = None
@@ -87,14 +86,19 @@ def evaluate(
     return Evaluation(values, test, diag)
 
 
+def target_scale(ds: Any) -> float:
+    """The std the regression targets were divided by (``meta["y_std"]``), else 1."""
+    return float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
+
+
 def classification_values(test: ClassificationBMA, y: Tensor) -> dict[str, float]:
     """Accuracy, NLL, both ECEs, Brier, mean entropies and the per-draw averages."""
     probs = test.probs
-    out = dict(metrics.classification_metrics(probs, y))
-    out["nll"] = float(-test.log_probs.gather(-1, y[:, None].to(probs.device)).mean())
+    out = dict(metrics.classification_metrics(probs, y, test.log_probs))
     out["ece_all_class"], out["mce_all_class"] = metrics.ece_all_class(probs, y)
     out["entropy"] = float(test.entropy.mean())
-    out["mutual_information"] = float(test.mutual_information.mean())
+    if test.num_samples > 1:  # a single draw has no epistemic part
+        out["mutual_information"] = float(test.mutual_information.mean())
     if test.sample_accuracy:
         out["sample_accuracy"] = sum(test.sample_accuracy) / len(test.sample_accuracy)
         out["sample_nll"] = sum(test.sample_nll) / len(test.sample_nll)
@@ -114,34 +118,24 @@ def _ood(result: Result, ds: Any, test: ClassificationBMA, ood: Any,
     return {**metrics.ood_metrics(test, out_bma), "ood_data": ood.name}
 
 
-def _reference(probs: Tensor, reference: Tensor) -> dict[str, float]:
-    if reference.shape != probs.shape:
-        raise ValueError(
-            f"reference probabilities have shape {tuple(reference.shape)} but the test "
-            f"predictive is {tuple(probs.shape)}; rows must be the test split in order"
-        )
+def _reference(probs: Tensor, reference: Tensor) -> dict[str, Any]:
     return {"agreement": metrics.agreement(probs, reference),
-            "total_variation": metrics.total_variation(probs, reference)}
+            "total_variation": metrics.total_variation(probs, reference),
+            "reference_rows": len(reference)}
 
 
 def _corruptions(result: Result, ds: Any, num_samples: int) -> dict[str, Any]:
-    """Accuracy, NLL and ECE per corruption and severity, in one pass over the draws."""
+    """Accuracy, NLL and ECE per corruption and severity (one corrupted copy at a time)."""
     from .data.corruptions import CORRUPTIONS, corrupt_dataset
 
-    names = list(CORRUPTIONS)
-    sets = [corrupt_dataset(ds, name, s, seed=s) for name in names for s in SEVERITIES]
-    x = torch.cat([c.x_test for c in sets])
-    y = torch.cat([c.y_test for c in sets])
-    joint = result.predictive(x, num_samples=num_samples)
-    n = len(ds.y_test)
     out: dict[str, Any] = {}
-    for i, (name, severity) in enumerate((n_, s) for n_ in names for s in SEVERITIES):
-        part = slice(i * n, (i + 1) * n)
-        log_probs = joint.log_probs[part]
-        values = metrics.classification_metrics(log_probs.exp(), y[part])
-        values["nll"] = float(-log_probs.gather(-1, y[part, None]).mean())
-        out.setdefault(name, {})[str(severity)] = {k: values[k] for k in ("accuracy", "nll",
-                                                                          "ece")}
-    out["mean"] = {k: sum(out[n_][str(s)][k] for n_ in names for s in SEVERITIES)
-                   / (len(names) * len(SEVERITIES)) for k in ("accuracy", "nll", "ece")}
+    for name in CORRUPTIONS:
+        for severity in SEVERITIES:
+            shifted = corrupt_dataset(ds, name, severity, seed=severity)
+            pred = result.predictive(shifted.x_test, num_samples=num_samples)
+            values = metrics.classification_metrics(pred.probs, shifted.y_test, pred.log_probs)
+            out.setdefault(name, {})[str(severity)] = {k: values[k] for k in ("accuracy",
+                                                                              "nll", "ece")}
+    cells = [cell for by_severity in out.values() for cell in by_severity.values()]
+    out["mean"] = {k: sum(c[k] for c in cells) / len(cells) for k in ("accuracy", "nll", "ece")}
     return out

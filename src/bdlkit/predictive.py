@@ -10,7 +10,8 @@ I = H[p̄] − E_s H[p_s], an OOD score) and, when labels are given, each draw's
 accuracy and NLL (L2E reports them). Regression, for Gaussian predictives
 N(μ_s, σ_s²): the mixture's mean and variance (Welford updates, no E[μ²] − E[μ]²
 cancellation) and, when targets are given, the mixture log density
-log (1/S) Σ_s N(y; μ_s, σ_s²).
+log (1/S) Σ_s N(y; μ_s, σ_s²) and CDF F(y) = (1/S) Σ_s Φ((y − μ_s)/σ_s) (for interval
+coverage: y lies in the mixture's central interval of mass l iff (1−l)/2 ≤ F(y) ≤ (1+l)/2).
 
 Memory is O(n·K) for the accumulators plus one draw and one input chunk at a time: the
 draws come from any iterable (a list, a disk-backed :class:`~bdlkit.collect.SampleStore`
@@ -28,7 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .metrics.classification import entropy_from_log_probs
 from .problems.likelihoods import GaussianPredictive, cat_predictives
+from .tree import tree_map
 from .types import Problem
 
 
@@ -49,7 +52,7 @@ class ClassificationBMA:
     @property
     def entropy(self) -> Tensor:
         """H[p̄(·|x)] = −Σ_k p̄_k log p̄_k."""
-        return -(self.probs * self.log_probs).nan_to_num(0.0).sum(-1)
+        return entropy_from_log_probs(self.log_probs)
 
     @property
     def mutual_information(self) -> Tensor:
@@ -65,6 +68,7 @@ class RegressionBMA:
     var: Tensor
     num_samples: int
     log_density: Tensor | None = None  # (n,): log (1/S) Σ_s N(y; μ_s, σ_s²)
+    cdf: Tensor | None = None  # like y: the mixture CDF at y, (1/S) Σ_s Φ((y − μ_s)/σ_s)
 
     @property
     def predictive(self) -> GaussianPredictive:
@@ -92,6 +96,7 @@ def bma(
     classification = getattr(getattr(problem, "likelihood", None), "task", "") == "classification"
     acc = _ClassAccumulator(y) if classification else _GaussianAccumulator(y)
     for theta in draws:
+        theta = tree_map(lambda t: t.to(x.device), theta)  # stores keep draws on the CPU
         if classification:
             acc.add([problem.log_predictive(theta, x[c]) for c in chunks])
         else:
@@ -112,7 +117,7 @@ class _ClassAccumulator:
 
     def add(self, log_probs: list[Tensor]) -> None:
         lp = torch.cat(log_probs).double()
-        entropy = -(lp.exp() * lp).nan_to_num(0.0).sum(-1)
+        entropy = entropy_from_log_probs(lp)
         if self.log_sum is None:
             self.log_sum, self.entropy_sum = lp.clone(), entropy
         else:
@@ -139,7 +144,7 @@ class _GaussianAccumulator:
     def __init__(self, targets: Tensor | None) -> None:
         self.targets = targets
         self.count = 0
-        self.mean = self.m2 = self.noise = self.log_density = None
+        self.mean = self.m2 = self.noise = self.log_density = self.cdf = None
 
     def add(self, pred: GaussianPredictive) -> None:
         if not isinstance(pred, GaussianPredictive):
@@ -159,10 +164,13 @@ class _GaussianAccumulator:
             lp = lp.reshape(len(lp), -1).sum(-1)  # independent outputs
             self.log_density = lp if self.log_density is None else torch.logaddexp(
                 self.log_density, lp)
+            cdf = torch.special.ndtr((y - mean) / var.sqrt())
+            self.cdf = cdf if self.cdf is None else self.cdf + cdf
 
     def result(self) -> RegressionBMA:
-        log_density = None
+        log_density = cdf = None
         if self.log_density is not None:
             log_density = self.log_density - math.log(self.count)
+            cdf = self.cdf / self.count
         return RegressionBMA(self.mean, self.noise + self.m2 / self.count, self.count,
-                             log_density)
+                             log_density, cdf)

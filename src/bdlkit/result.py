@@ -177,12 +177,14 @@ class Result:
         ``num_samples`` draws are used for VI (kept samples for samplers, the point
         for optimisers). Inputs are processed in chunks of ``chunk_size``; with
         ``buffers="batch_stats"`` normalisation uses each chunk's statistics, so keep
-        chunks large. Returns class probabilities or a GaussianPredictive, in the dtype of
-        ``x`` (accumulated in float64).
+        chunks large. Returns class probabilities (for a Bernoulli likelihood p(y = 1)) or
+        a GaussianPredictive, in the dtype of ``x`` (accumulated in float64).
         """
         out = self.predictive(x, num_samples=num_samples, chunk_size=chunk_size)
         dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
         if isinstance(out, ClassificationBMA):
+            if getattr(self.problem.likelihood, "name", "") == "bernoulli":
+                return out.probs[:, 1].to(dtype)  # p(y = 1), as the likelihood's predictive
             return out.probs.to(dtype)
         return GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
 

@@ -85,8 +85,7 @@ def predictive_metrics(pred: Any, y: Tensor, ds: Any) -> dict[str, float]:
     """Test metrics of a predictive: class probabilities or a GaussianPredictive."""
     if ds.task == "classification":
         return metrics.classification_metrics(pred, y)
-    scale = float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
-    return metrics.regression_metrics(pred, y, y_scale=scale)
+    return metrics.regression_metrics(pred, y, y_scale=evaluation.target_scale(ds))
 
 
 def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
@@ -144,8 +143,8 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
 
 # ---------------------------------------------------------------------- run directories
 RUN_MARKER = ".bdlkit-run"
-RUN_ENTRIES = ("config.yaml", "log.jsonl", "metrics.json", "report.md", "reliability.png",
-               "history.png", "checkpoints", "samples")
+RUN_ENTRIES = ("config.yaml", "log.jsonl", "metrics.json", "report.md", "checkpoints",
+               "samples", *run_report.PLOTS)
 
 
 def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER,

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from . import report
+from .diagnostics import ess_per_second
 from .evaluation import SEVERITIES, Evaluation
 from .predictive import ClassificationBMA
 from .result import Result
 from .serialization import atomic_write_bytes
+
+PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", "trace.png")
 
 
 def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
@@ -100,5 +103,5 @@ def _diagnostics_table(values: dict[str, Any], wall: float | None) -> str:
     rows = [{"quantity": k, "value": v} for k, v in diag.items() if not isinstance(v, dict)]
     if wall and "weights_ess_sum" in diag:
         rows.append({"quantity": "weights_ess_sum per training second",
-                     "value": diag["weights_ess_sum"] / wall})
+                     "value": float(ess_per_second(diag["weights_ess_sum"], wall))})
     return report.markdown_table(rows)

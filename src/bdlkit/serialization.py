@@ -10,6 +10,7 @@ template state of the same algorithm (built with the same hyperparameters).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -73,7 +74,21 @@ def load_tensors(path: str | os.PathLike) -> dict[str, Tensor]:
 
 
 def save_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
+    """Atomically write ``obj`` as strict JSON: NaN and ±inf floats become ``null``."""
+    text = json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False)
+    atomic_write_bytes(path, (text + "\n").encode())
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, Tensor) and obj.numel() == 1:
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def load_json(path: str | os.PathLike) -> Any:

@@ -21,6 +21,7 @@ from bdlkit.diagnostics.l2e import (
     layerwise_rhat,
     rhat_split_sommer,
     rhat_tfp_bg98,
+    summarize,
 )
 from bdlkit.diagnostics.vehtari import (
     ess_bulk_vehtari21,
@@ -48,4 +49,5 @@ __all__ = [
     "rhat_tfp_bg98",
     "rhat_vehtari21",
     "split_chains",
+    "summarize",
 ]

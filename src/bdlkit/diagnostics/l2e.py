@@ -164,7 +164,11 @@ def fraction_below(values: Tensor, threshold: float) -> float:
     return int((values[valid] < threshold).sum()) / num
 
 
-def _summary(values: Tensor, thresholds: Sequence[float]) -> dict[str, float | int]:
+def summarize(
+    values: Tensor, thresholds: Sequence[float] = (1.1, 1.2)
+) -> dict[str, float | int]:
+    """Mean, population std, ``frac_below_<t>`` and ``num`` of per-coordinate R̂ values
+    (NaN left out of all but ``num``)."""
     valid = values[~torch.isnan(values)]
     out: dict[str, float | int] = {
         "mean": float(valid.mean()) if valid.numel() else math.nan,
@@ -202,7 +206,7 @@ def layerwise_rhat(
     pooled = []
     for name, x in samples.items():
         per_coord = rhat_split_sommer(x, chunk_size=chunk_size).mean(0).reshape(-1)
-        result[name] = _summary(per_coord, threshold)
+        result[name] = summarize(per_coord, threshold)
         pooled.append(per_coord.cpu())
-    result["all"] = _summary(torch.cat(pooled), threshold)
+    result["all"] = summarize(torch.cat(pooled), threshold)
     return result

@@ -13,7 +13,9 @@ from .classification import (
     classification_metrics,
     ece,
     ece_all_class,
+    entropy_from_log_probs,
     nll,
+    nll_from_log_probs,
     reliability_bins,
 )
 from .ood import auroc_aupr, max_prob_score, ood_auroc, ood_metrics, predictive_entropy
@@ -36,6 +38,8 @@ __all__ = [
     "ece_all_class",
     "gaussian_nll",
     "nll",
+    "nll_from_log_probs",
+    "entropy_from_log_probs",
     "ood_auroc",
     "predictive_entropy",
     "regression_metrics",

@@ -79,6 +79,21 @@ def nll(probs: Tensor, labels: Tensor) -> float:
     return float(-p_true.clamp_min(tiny).log().double().mean())
 
 
+def nll_from_log_probs(log_probs: Tensor, labels: Tensor) -> float:
+    """``−(1/n) Σ_i log p̄_{i,y_i}`` from log probabilities: exact, no clipping (a BMA
+    predictive accumulated in log space keeps probabilities far below float32's range)."""
+    if log_probs.ndim != 2 or labels.shape != (log_probs.shape[0],):
+        raise ValueError(f"log_probs {tuple(log_probs.shape)} and labels "
+                         f"{tuple(labels.shape)} must be (n, K) and (n,)")
+    return float(-log_probs.double().gather(1, labels[:, None].to(log_probs.device)).mean())
+
+
+def entropy_from_log_probs(log_probs: Tensor) -> Tensor:
+    """Row entropies ``−Σ_k p_k log p_k`` (``0 log 0 = 0``), in float64."""
+    lp = log_probs.double()
+    return -(lp.exp() * lp).nan_to_num(0.0).sum(-1)
+
+
 def brier(probs: Tensor, labels: Tensor) -> float:
     """``(1/n) Σ_i Σ_k (p_ik − 1[k = y_i])²`` (in [0, 2])."""
     probs, labels = _check(probs, labels)
@@ -170,11 +185,17 @@ def ece_all_class(probs: Tensor, labels: Tensor, num_bins: int = 15) -> tuple[fl
     return ece_value, mce_value
 
 
-def classification_metrics(probs: Tensor, labels: Tensor) -> dict[str, float]:
-    """``{"accuracy", "nll", "ece", "brier"}`` of a BMA predictive (15-bin top-label ECE)."""
+def classification_metrics(
+    probs: Tensor, labels: Tensor, log_probs: Tensor | None = None
+) -> dict[str, float]:
+    """``{"accuracy", "nll", "ece", "brier"}`` of a BMA predictive (15-bin top-label ECE).
+
+    With ``log_probs`` the NLL is computed from them exactly (:func:`nll_from_log_probs`).
+    """
     return {
         "accuracy": accuracy(probs, labels),
-        "nll": nll(probs, labels),
+        "nll": nll(probs, labels) if log_probs is None else nll_from_log_probs(log_probs,
+                                                                               labels),
         "ece": ece(probs, labels),
         "brier": brier(probs, labels),
     }

@@ -15,11 +15,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .classification import entropy_from_log_probs
+
 
 def predictive_entropy(probs: Tensor) -> Tensor:
     """Entropy of each row of ``probs`` (``0 log 0 = 0``)."""
-    p = probs.double()
-    return -(p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))).sum(-1)
+    return entropy_from_log_probs(probs.double().log())
 
 
 def max_prob_score(probs: Tensor) -> Tensor:
@@ -57,11 +58,13 @@ def ood_metrics(bma_in, bma_out) -> dict[str, float]:
 
     ``bma_in``/``bma_out``: :class:`~bdlkit.predictive.ClassificationBMA` of the test and
     OOD inputs. Keys ``ood_auroc`` (entropy, the headline number), ``ood_aupr``, and
-    ``ood_{auroc,aupr}_{maxprob,mi}``.
+    ``ood_{auroc,aupr}_{maxprob,mi}`` (no MI scores for a single draw: they are all 0).
     """
     out: dict[str, float] = {}
-    for name, score in (("", lambda b: b.entropy), ("_maxprob", lambda b: max_prob_score(b.probs)),
-                        ("_mi", lambda b: b.mutual_information)):
+    scores = [("", lambda b: b.entropy), ("_maxprob", lambda b: max_prob_score(b.probs))]
+    if min(bma_in.num_samples, bma_out.num_samples) > 1:  # MI is 0 for a single draw
+        scores.append(("_mi", lambda b: b.mutual_information))
+    for name, score in scores:
         auroc, aupr = auroc_aupr(score(bma_in), score(bma_out))
         out[f"ood_auroc{name}"], out[f"ood_aupr{name}"] = auroc, aupr
     return out

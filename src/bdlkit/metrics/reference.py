@@ -25,8 +25,14 @@ def _check(probs: Tensor, ref: Tensor) -> None:
             f"predictive {tuple(probs.shape)} and reference {tuple(ref.shape)} must both be "
             "(n, K) with the same n and K, rows aligned by test index"
         )
-    if torch.isnan(probs).any() or torch.isnan(ref).any():
-        raise ValueError("predictive or reference probabilities contain NaN")
+    for name, p in (("predictive", probs), ("reference", ref)):
+        p = p.double()
+        if not torch.isfinite(p).all():
+            raise ValueError(f"{name} probabilities contain NaN or inf")
+        if (p < 0).any() or not torch.allclose(p.sum(-1), torch.ones_like(p[:, 0]), atol=1e-3):
+            hint = " (these look like log probabilities: exponentiate them)" if (
+                p <= 0).all() else ""
+            raise ValueError(f"{name} rows must be probabilities (>= 0, summing to 1){hint}")
 
 
 def agreement(probs: Tensor, ref: Tensor) -> float:

@@ -16,7 +16,9 @@ from torch import Tensor
 
 from ..problems.likelihoods import GaussianPredictive
 
-__all__ = ["coverage", "gaussian_nll", "mae", "regression_metrics", "rmse"]
+__all__ = [
+    "coverage", "coverage_from_cdf", "gaussian_nll", "mae", "regression_metrics", "rmse",
+]
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
@@ -62,17 +64,24 @@ def mae(mean: Tensor, y: Tensor) -> float:
 
 def coverage(mean: Tensor, var: Tensor, y: Tensor, level: float) -> float:
     """Fraction of elements inside the central ``level`` interval of N(mean, var):
-    ``|y − mean| ≤ Φ⁻¹((1 + level)/2) · sqrt(var)``.
-
-    For a BMA over several draws this is the moment-matched Gaussian's interval, not the
-    mixture's own quantiles (which need every component per point).
-    """
+    ``|y − mean| ≤ Φ⁻¹((1 + level)/2) · sqrt(var)`` (for a mixture, see
+    :func:`coverage_from_cdf`)."""
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     y, var = _match(mean, y, "y"), _match(mean, var, "var")
     z = float(torch.special.ndtri(torch.tensor((1 + level) / 2, dtype=torch.float64)))
     inside = (y.double() - mean.double()).abs() <= z * var.double().sqrt()
     return float(inside.double().mean())
+
+
+def coverage_from_cdf(cdf: Tensor, level: float) -> float:
+    """Fraction of elements whose predictive CDF value lies in ``[(1−l)/2, (1+l)/2]``: the
+    coverage of the central ``level`` interval of any continuous predictive (e.g. the BMA
+    mixture, :attr:`bdlkit.predictive.RegressionBMA.cdf`)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    lo, hi = (1 - level) / 2, (1 + level) / 2
+    return float(((cdf >= lo) & (cdf <= hi)).double().mean())
 
 
 def gaussian_nll(mean: Tensor, var: Tensor, y: Tensor) -> float:
@@ -92,6 +101,7 @@ def regression_metrics(
     y: Tensor,
     y_scale: float = 1.0,
     log_density: Tensor | None = None,
+    cdf: Tensor | None = None,
 ) -> dict[str, float]:
     """Metrics in original units for targets standardised as ``(y − μ)/y_scale``.
 
@@ -99,7 +109,9 @@ def regression_metrics(
     is the standardised density divided by ``y_scale``, so NLLs gain ``+ log(y_scale)``.
     ``nll`` is the moment-matched Gaussian's; with ``log_density`` (the BMA mixture's
     log density at each example, :class:`bdlkit.predictive.RegressionBMA`) ``nll_mixture``
-    is the mixture's own, per target element. ``coverage_50/90/95``: see :func:`coverage`.
+    is the mixture's own, per target element. ``coverage_50/90/95``: of the mixture's central
+    intervals when its ``cdf`` at ``y`` is given (:func:`coverage_from_cdf`), else of the
+    moment-matched Gaussian's (:func:`coverage`).
     """
     if not y_scale > 0 or not math.isfinite(y_scale):
         raise ValueError(f"y_scale must be a positive finite number, got {y_scale}")
@@ -114,5 +126,7 @@ def regression_metrics(
         nll = -float(log_density.double().mean()) / per_example
         out["nll_mixture"] = nll + math.log(y_scale)
     for level in COVERAGE_LEVELS:
-        out[f"coverage_{round(100 * level)}"] = coverage(mean, var, y, level)
+        out[f"coverage_{round(100 * level)}"] = (
+            coverage(mean, var, y, level) if cdf is None else coverage_from_cdf(cdf, level)
+        )
     return out
