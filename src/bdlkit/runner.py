@@ -41,6 +41,7 @@ from .checkpoint import (
     set_global_rng_state,
 )
 from .collect import DiskStore, MemoryStore, SampleStore
+from .errors import NonFiniteError
 from .problems import Target
 from .result import Result
 from .runlog import append_log, read_log, truncate_log
@@ -54,10 +55,6 @@ from .tree import TensorTree, all_finite
 from .types import Algorithm
 
 DATA_SEED_SALT = 0xDA7A
-
-
-class NonFiniteError(FloatingPointError):
-    """The log density or the parameters became NaN or infinite during inference."""
 
 
 class Interrupted(KeyboardInterrupt):
