@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from . import advi, fisher_vi, score_vi, sgld
 from . import map as map_
-from . import sgld
 
-METHODS: dict[str, ModuleType] = {"map": map_, "sgld": sgld}
+METHODS: dict[str, ModuleType] = {
+    "map": map_,
+    "sgld": sgld,
+    "score_vi": score_vi,
+    "advi": advi,
+    "fisher_vi": fisher_vi,
+}
 DESCRIPTIONS: dict[str, str] = {
     "map": "MAP point estimate with Adam or SGD (a deterministic baseline)",
     "sgld": "stochastic gradient Langevin dynamics (Welling & Teh 2011)",
+    "score_vi": "proximal SG score-based VI, diagonal Gaussian (SSM-prox; Kim 2026)",
+    "advi": "mean-field ADVI, reparameterised ELBO (Kucukelbir et al. 2017)",
+    "fisher_vi": "reparameterised Fisher-divergence VI (needs Hessian-vector products)",
 }
 
 

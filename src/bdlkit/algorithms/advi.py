@@ -1,0 +1,152 @@
+"""Mean-field ADVI (Kucukelbir et al., JMLR 2017) on the diagonal Gaussian family.
+
+Maximises the ELBO of q_λ = N(μ, diag σ²), λ = (μ, ρ = log σ) (``algorithms.md`` B.8.1)::
+
+    ELBO(λ) = E_ε[ log π(μ + σ⊙ε) ] + H(q_λ),     H = Σ_i ρ_i + const
+
+with S = ``num_samples`` reparameterised draws θ_k = μ + σ ε_k per step and ŝ_k the
+unbiased minibatch score of the (tempered) log posterior at θ_k (``problem.value_and_score``:
+one ordinary forward + backward of the network per draw, no graph kept). The chain rule
+is applied by hand, element-wise (∂θ/∂μ = 1, ∂θ/∂ρ = σε)::
+
+    ∇_μ ELBO ≈ mean_k ŝ_k
+    ∇_ρ ELBO ≈ mean_k ŝ_k ⊙ σ ⊙ ε_k + 1                (the 1 is ∇_ρ H, analytic)
+
+**Sticking the landing** (``stl=True``, Roeder et al., NeurIPS 2017). With the Monte Carlo
+entropy −log q_λ(θ(λ, ε)), the total derivative is a path term, through θ, plus the score
+term −∂_λ log q_λ(θ)|_θ fixed, whose expectation is zero; STL drops the score term. For the
+diagonal Gaussian, with ∇_θ log q(θ_k) = −ε_k/σ::
+
+    path term of −log q:    ∂_μ = ε_k/σ,   ∂_ρ = ε_k²
+    score term:             ∂_μ = −ε_k/σ,  ∂_ρ = 1 − ε_k²
+
+Their sum, (0, 1), is exactly the analytic entropy gradient above, draw by draw. So what
+changes with ``stl=True`` is that the entropy gradient (0, 1) is replaced by (ε_k/σ, ε_k²)::
+
+    ∇_μ ELBO ≈ mean_k (ŝ_k + ε_k/σ)
+    ∇_ρ ELBO ≈ mean_k (ŝ_k + ε_k/σ) ⊙ σ ⊙ ε_k
+
+It is still unbiased, since E[ε] = 0 and E[ε²] = 1. Far from the optimum it has more
+variance than the analytic entropy. But ŝ_k + ε_k/σ = ŝ_k − ∇_θ log q(θ_k) vanishes for
+every draw when q = π, so for a target inside the family the gradient variance goes to
+zero at the optimum and a constant step size converges exactly. In practice the extra
+ε/σ term is large while σ is far below the posterior std (as at a small ``init_std``).
+Under Adam it inflates the second-moment estimate, which remembers it for about
+1/(1−β₂) = 1000 steps, and stalls μ; on Gaussian test targets μ was then still off by
+about one posterior std. Start STL from σ near the posterior scale, or warm-start it
+(``init(DiagGaussianParams)``) from a run with ``stl=False``.
+
+Scale: the optimiser minimises −ELBO/N (N = ``num_data``; 1 for a Target), as MAP minimises
+−value/N (``docs/conventions.md``), so ``lr`` is per datum. The entropy gradient is scaled
+by 1/N like the rest. Cost (B.7): S network forward + backward passes plus O(Sd), and
+memory for λ (2d) plus the optimiser's moments.
+
+``init_std`` (default 1e-3): q starts almost as a point mass at the initial (random,
+pretrained or MAP) weights, so the first steps behave like MAP training instead of
+destroying the network with weight noise at prior scale (BayesDLL starts at 1e-6). For a
+network trained on N ≳ 10⁴ points, 1e-3 is still below the typical posterior std of a weight
+(≈ 1/√(N·curvature)). It is also large enough for Adam to grow log σ (about ``lr`` per
+step) to 1e-2 within a few thousand steps. For a Target of unit scale, pass ``init_std=1``.
+``init(params)`` takes a point μ₀, or a full :class:`DiagGaussianParams` to warm-start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import rng
+from ..families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from ..schedules import Schedule, resolve
+from ..tree import TensorTree, device_of, tree_map
+from ..types import Batch, Info, Problem
+from . import _vi_common as vi
+
+KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
+
+ADVIState = vi.VIState
+
+
+@dataclass(frozen=True)
+class ADVI:
+    """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring)."""
+
+    problem: Problem
+    lr: float | Schedule = 1e-3
+    optimizer: str = "adam"
+    momentum: float = 0.9
+    num_samples: int = 1
+    init_std: float = 1e-3
+    stl: bool = False
+    name: str = "advi"
+    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_opt", vi.make_opt(self.optimizer, self.momentum))
+
+    def init(
+        self, params: TensorTree | DiagGaussianParams | None = None, *,
+        generator: torch.Generator,
+    ) -> ADVIState:
+        return vi.init_state(self.problem, self._opt, params, self.init_std, generator)
+
+    def elbo_grad(
+        self, lam: DiagGaussianParams, eps: TensorTree, batch: Batch
+    ) -> tuple[DiagGaussianParams, Tensor]:
+        """The Monte Carlo estimate of ∇_λ ELBO from the stacked draws ``eps`` (S, ...),
+        unscaled (not divided by N), and the mean log density of the draws."""
+        value, scores = vi.minibatch_scores(self.problem, vi.reparam(lam, eps), batch)
+
+        def grad_mu(s: Tensor, e: Tensor, r: Tensor) -> Tensor:
+            return (s + e * (-r).exp()).mean(0) if self.stl else s.mean(0)
+
+        def grad_rho(s: Tensor, e: Tensor, r: Tensor) -> Tensor:
+            sigma = r.exp()
+            if self.stl:
+                return ((s + e / sigma) * sigma * e).mean(0)
+            return (s * e).mean(0) * sigma + 1.0
+
+        return DiagGaussianParams(
+            mu=tree_map(grad_mu, scores, eps, lam.rho),
+            rho=tree_map(grad_rho, scores, eps, lam.rho),
+        ), value
+
+    def step(self, state: ADVIState, batch: Batch) -> tuple[ADVIState, Info]:
+        gen = rng.from_state(state.rng_state, device=device_of(state.lam.mu))
+        eps = vi.draw_eps(state.lam, self.num_samples, gen)
+        grad, value = self.elbo_grad(state.lam, eps, batch)
+        scale = -1.0 / self.problem.num_data  # minimise −ELBO/N
+        grads = tree_map(lambda g: scale * g, grad)
+        new = vi.apply_grads(self._opt, state, grads, resolve(self.lr, state.step), gen)
+        return new, {"log_prob": value, "elbo": value + vi.entropy(state.lam)}
+
+    def params(self, state: ADVIState) -> TensorTree:
+        """The variational mean μ."""
+        return state.lam.mu
+
+    def approximation(self, state: ADVIState) -> DiagGaussian:
+        return DiagGaussian(state.lam)
+
+
+def build(
+    problem: Problem,
+    lr: float | Schedule = 1e-3,
+    optimizer: str = "adam",
+    momentum: float = 0.9,
+    num_samples: int = 1,
+    init_std: float = 1e-3,
+    stl: bool = False,
+) -> ADVI:
+    """Mean-field ADVI with per-datum ``lr``, ``optimizer`` in {"adam", "sgd"} (``momentum``
+    for SGD only), ``num_samples`` draws per step, initial σ ``init_std`` and optional
+    sticking-the-landing gradients (``stl``)."""
+    vi.check_hyper(lr, optimizer, momentum, num_samples, init_std)
+    if not isinstance(stl, bool):
+        raise ValueError(f"stl must be True or False, got {stl!r}")
+    return ADVI(problem, lr=lr, optimizer=optimizer, momentum=momentum,
+                num_samples=int(num_samples), init_std=float(init_std), stl=stl)
+
+
+__all__ = ["ADVI", "ADVIState", "build"]

@@ -1,0 +1,137 @@
+"""SSM-prox (score_vi): mean-field optimum, the K = 1 fact, unbiasedness, the closed form."""
+
+import warnings
+
+import pytest
+import torch
+
+import bdlkit
+from bdlkit.algorithms import score_vi
+from bdlkit.errors import NonFiniteError
+from bdlkit.schedules import Polynomial
+
+DECAY = Polynomial(2.5, 100.0, 1.0)  # lr_t = 2.5 / (100 + t): Robbins-Monro for Adam's noise
+
+
+def gaussian_target(lam, m):
+    return bdlkit.Target(lambda th: -0.5 * (((th - m) @ lam) * (th - m)).sum(-1), dim=len(m),
+                         dtype=torch.float64)
+
+
+def correlated(d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(d, d, generator=g, dtype=torch.float64)
+    lam = a @ a.T / d + torch.eye(d, dtype=torch.float64)
+    return lam, torch.randn(d, generator=g, dtype=torch.float64)
+
+
+def test_recovers_a_diagonal_gaussian():
+    stds = torch.tensor([0.3, 0.5, 1.0, 2.0, 3.0], dtype=torch.float64)
+    m = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    target = gaussian_target(torch.diag(stds**-2), m)
+    res = bdlkit.infer(target, "score_vi", steps=6000, seed=0, init_std=1.0, num_samples=4,
+                       lr=DECAY)
+    q = res.algorithm.approximation(res.state)
+    assert ((q.mean - m) / stds).abs().max() < 0.03
+    assert ((q.std - stds) / stds).abs().max() < 0.03
+    draws = res.sample(4000)  # VI results sample q
+    assert draws.shape == (4000, 5)
+
+
+def test_gradient_solver_reaches_the_mean_field_optimum_of_a_correlated_gaussian():
+    lam, m = correlated()
+    res = bdlkit.infer(gaussian_target(lam, m), "score_vi", steps=6000, seed=0, init_std=1.0,
+                       num_samples=4, lr=DECAY)
+    q = res.algorithm.approximation(res.state)
+    assert (q.mean - m).abs().max() < 0.05  # mean-field mean = m
+    assert (q.std * torch.diagonal(lam).sqrt() - 1).abs().max() < 0.03  # sigma_i^2 = 1/Lam_ii
+
+
+def test_with_one_inner_step_alpha_has_no_effect():
+    """B.3: the proximal term has zero gradient at the anchor, so K = 1 ignores alpha."""
+    lam, m = correlated()
+    runs = [bdlkit.infer(gaussian_target(lam, m), "score_vi", steps=50, seed=3, alpha_max=a,
+                         warmup=0, loss=loss).state.lam for a in (0.0, 0.5) for loss in ("rb",)]
+    assert torch.equal(runs[0].mu, runs[1].mu) and torch.equal(runs[0].rho, runs[1].rho)
+    k2 = [bdlkit.infer(gaussian_target(lam, m), "score_vi", steps=50, seed=3, alpha_max=a,
+                       warmup=0, inner_steps=2).state.lam for a in (0.0, 0.5)]
+    assert not torch.equal(k2[0].mu, k2[1].mu)  # with K = 2 it does matter
+
+
+def test_minibatch_gradients_average_to_the_full_batch_gradient(blr):
+    """The loss is linear in the score: averaging the lambda-gradient over a partition of
+    the data into minibatches gives the full-batch gradient exactly."""
+    model, (x, y), _, _ = blr
+    alg = score_vi.build(model)
+    state = alg.init(generator=torch.Generator().manual_seed(0))
+    lam = state.lam
+    thetas = bdlkit.families.diag_gaussian.sample(lam, 3, torch.Generator().manual_seed(1))
+    for grads in (score_vi.rb_gradients, score_vi.mc_gradients):
+        _, full = score_vi.minibatch_scores(model, thetas, (x, y))
+        want = grads(lam, lam, thetas, full, 0.3)
+        parts = [score_vi.minibatch_scores(model, thetas, (x[i:i + 20], y[i:i + 20]))[1]
+                 for i in range(0, 100, 20)]
+        got = [grads(lam, lam, thetas, s, 0.3) for s in parts]
+        for name in want.mu:
+            assert torch.allclose(sum(g.mu[name] for g in got) / 5, want.mu[name])
+            assert torch.allclose(sum(g.rho[name] for g in got) / 5, want.rho[name])
+
+
+def test_closed_form_converges_when_the_stability_condition_holds():
+    lam, m = correlated()
+    d_inv_lam = lam / torch.diagonal(lam)[:, None]
+    lam_max = torch.linalg.eigvals(d_inv_lam).real.max().item()
+    omega, alpha = 0.05, 1.0
+    assert omega * lam_max / (1 + alpha) < 2  # B.4.5: stated before iterating
+    res = bdlkit.infer(gaussian_target(lam, m), "score_vi", steps=3000, seed=0, init_std=1.0,
+                       num_samples=10, solver="closed_form", omega=omega, alpha_max=alpha,
+                       warmup=0)
+    q = res.algorithm.approximation(res.state)
+    assert (q.mean - m).abs().max() < 0.05
+    assert (q.std * torch.diagonal(lam).sqrt() - 1).abs().max() < 0.05
+
+
+def test_guard_catches_the_divergent_closed_form_and_recovers():
+    """Equicorrelated precision, rho = 0.5, d = 10: lambda_max(D^-1 Lam) = 5.5 >= 2(1 + alpha)."""
+    d = 10
+    lam = 0.5 * torch.ones(d, d, dtype=torch.float64) + 0.5 * torch.eye(d, dtype=torch.float64)
+    target = gaussian_target(lam, torch.zeros(d, dtype=torch.float64))
+    with pytest.warns(UserWarning, match="halving omega"):
+        res = bdlkit.infer(target, "score_vi", steps=600, seed=0, init_std=1.0, num_samples=10,
+                           solver="closed_form", omega=1.0, alpha_max=1.0, warmup=0)
+    q = res.algorithm.approximation(res.state)
+    assert torch.isfinite(q.mean).all() and q.mean.abs().max() < 0.3
+
+
+def test_guard_gives_up_with_a_clear_error(monkeypatch):
+    from bdlkit.algorithms import score_vi_closed_form
+
+    monkeypatch.setattr(score_vi_closed_form, "GUARD_MAX_HALVINGS", 0)
+    d = 10
+    lam = 0.5 * torch.ones(d, d, dtype=torch.float64) + 0.5 * torch.eye(d, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NonFiniteError, match="solver='gradient'"):
+            bdlkit.infer(gaussian_target(lam, torch.zeros(d, dtype=torch.float64)), "score_vi",
+                         steps=600, seed=0, init_std=1.0, num_samples=10, solver="closed_form",
+                         omega=1.0, alpha_max=1.0, warmup=0)
+
+
+def test_bad_hyperparameters():
+    target = gaussian_target(torch.eye(2, dtype=torch.float64), torch.zeros(2,
+                                                                             dtype=torch.float64))
+    with pytest.raises(ValueError, match="omega"):
+        score_vi.build(target, solver="closed_form")
+    with pytest.raises(ValueError, match="loss"):
+        score_vi.build(target, loss="elbo")
+    with pytest.raises(ValueError, match="kld"):
+        score_vi.build(target, kld=0.1)
+
+
+def test_state_round_trips_through_a_checkpoint():
+    from bdlkit.serialization import state_from_tensors, state_to_tensors
+
+    lam, m = correlated()
+    res = bdlkit.infer(gaussian_target(lam, m), "score_vi", steps=5, seed=0)
+    back = state_from_tensors(res.state, state_to_tensors(res.state))
+    assert torch.equal(back.lam.mu, res.state.lam.mu) and back.step == 5
