@@ -43,10 +43,10 @@ def test_unknown_method_lists_valid_names():
         assert name in str(info.value)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"steps": 10, "epochs": 1}])
-def test_exactly_one_of_steps_and_epochs(kwargs):
+def test_exactly_one_of_steps_and_epochs_with_a_default_length():
     with pytest.raises(ValueError, match="exactly one of steps or epochs"):
-        RunConfig(method="sgld", **kwargs)
+        RunConfig(method="sgld", steps=10, epochs=1)
+    assert RunConfig(method="sgld").steps == 1000
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ from typing import Any
 from .algorithms import get_method
 from .serialization import atomic_write_bytes
 
+DEFAULT_STEPS = 1000  # run length when neither steps nor epochs is given
+
 
 @dataclass
 class RunConfig:
@@ -30,7 +32,7 @@ class RunConfig:
     method: str = field(metadata={"help": "inference method (see `bdlkit list`)"})
     model: str = field(default="mlp", metadata={"help": "model from the zoo (see `bdlkit list`)"})
     data: str = field(default="digits", metadata={"help": "data set name or .npz/.csv path"})
-    steps: int | None = field(default=None, metadata={"help": "number of steps"})
+    steps: int | None = field(default=None, metadata={"help": "number of steps (default 1000)"})
     epochs: int | None = field(default=None, metadata={"help": "number of epochs (instead of steps)"})
     seed: int = field(default=0, metadata={"help": "seed for initialisation, data order and noise"})
     batch_size: int = field(default=128, metadata={"help": "minibatch size"})
@@ -82,8 +84,10 @@ class RunConfig:
             kind = str(f.type).split(" ")[0]
             if isinstance(value, str) and kind in ("int", "float"):
                 setattr(self, f.name, parse_value(value, 0 if kind == "int" else 0.0, f.name))
-        if (self.steps is None) == (self.epochs is None):
-            raise ValueError("give exactly one of steps or epochs")
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError("give exactly one of steps or epochs, not both")
+        if self.steps is None and self.epochs is None:
+            self.steps = DEFAULT_STEPS
         for name in ("steps", "epochs", "batch_size", "burnin", "thin", "max_samples",
                      "eval_every", "log_every", "checkpoint_every", "eval_samples"):
             value = getattr(self, name)
