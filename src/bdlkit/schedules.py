@@ -41,6 +41,23 @@ class Polynomial:
         return self.a * (self.b + step) ** (-self.gamma)
 
 
+@dataclass(frozen=True)
+class Exponential:
+    """``start · (end/start)^(t/steps)``: geometric annealing from ``start`` to ``end`` over
+    ``steps`` (and on below ``end`` after), e.g. to let Adam's noise floor shrink."""
+
+    start: float
+    end: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        if not (self.start > 0 and self.end > 0 and self.steps >= 1):
+            raise ValueError("start and end must be > 0 and steps >= 1")
+
+    def __call__(self, step: int) -> float:
+        return self.start * (self.end / self.start) ** (step / self.steps)
+
+
 def constant(value: float) -> Schedule:
     return Constant(value)
 
@@ -48,6 +65,11 @@ def constant(value: float) -> Schedule:
 def polynomial(a: float, b: float = 1.0, gamma: float = 0.55) -> Schedule:
     """``a (b + t)^(-γ)``, the decreasing SGLD schedule of Welling & Teh (2011)."""
     return Polynomial(a, b, gamma)
+
+
+def exponential(start: float, end: float, steps: int) -> Schedule:
+    """Geometric annealing ``start → end`` over ``steps`` (:class:`Exponential`)."""
+    return Exponential(start, end, steps)
 
 
 def resolve(value: float | Schedule, step: int) -> float:

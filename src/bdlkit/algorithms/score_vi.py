@@ -10,7 +10,10 @@ Per anchor q_t (frozen) the current q_λ descends, for K = ``inner_steps`` steps
 with ŝ the unbiased minibatch score (one ordinary forward/backward per sample; no graph
 through the network). The λ-gradients are closed forms (B.4.2 Monte Carlo, B.4.3
 Rao-Blackwellised: the default, far lower variance), scaled by 1/N² (argmin unchanged)
-and applied with a functional optimiser (Adam by default). With K = 1 the proximal term
+and applied with a functional optimiser (Adam by default). ``precondition`` (default on)
+multiplies both gradients by σ² per coordinate: the raw ones scale as 1/σ², so while σ
+grows or shrinks over decades Adam's second-moment estimate lags by orders of magnitude
+and the steps stall; the rescaled ones stay O(1), like ADVI's (same fixed points). With K = 1 the proximal term
 has zero gradient at λ = λ_t, so α has no effect (B.3). ``solver="closed_form"`` applies
 the exact per-iteration argmin in natural parameters instead (B.4.4), damped by ``omega``
 with precision clipping and a divergence guard (:mod:`.score_vi_closed_form`): opt-in,
@@ -65,6 +68,7 @@ class ScoreVI:
     omega: float | None = None
     a_min: float = 1e-8
     kld: float = 1.0
+    precondition: bool = True
     name: str = "score_vi"
     kind: str = KIND
 
@@ -100,7 +104,13 @@ class ScoreVI:
             grads = (rb_gradients if self.loss == "rb" else mc_gradients)(
                 state.lam, anchor, thetas, scores, alpha)
             scale = 1.0 / float(self.problem.num_data) ** 2
-            grads = tree_map(lambda g: g * scale, grads)
+            if self.precondition:  # × σ² per coordinate: scale-stable as σ moves
+                var = tree_map(lambda r: (2 * r).exp(), state.lam.rho)
+                grads = DiagGaussianParams(mu=tree_map(lambda g, v: g * v * scale, grads.mu, var),
+                                           rho=tree_map(lambda g, v: g * v * scale, grads.rho,
+                                                        var))
+            else:
+                grads = tree_map(lambda g: g * scale, grads)
             updates, opt_state = self._opt.update(grads, state.opt_state, state.lam,
                                                   resolve(self.lr, t))
             lam = tree_map(lambda p, u: p + u, state.lam, updates)
@@ -171,6 +181,7 @@ def build(
     omega: float | None = None,
     a_min: float = 1e-8,
     kld: float = 1.0,
+    precondition: bool = True,
 ) -> ScoreVI:
     """SSM-prox with a diagonal Gaussian (see the module docstring for every option)."""
     if loss not in ("rb", "mc"):
@@ -198,7 +209,7 @@ def build(
     return ScoreVI(problem, lr=lr, optimizer=optimizer, num_samples=num_samples,
                    inner_steps=inner_steps, alpha_max=alpha_max, warmup=warmup,
                    init_std=init_std, loss=loss, solver=solver, omega=omega, a_min=a_min,
-                   kld=kld)
+                   kld=kld, precondition=precondition)
 
 
 __all__ = [
