@@ -165,3 +165,21 @@ def test_preconditioning_keeps_adam_from_stalling_when_sigma_moves_over_decades(
     err = [((r.algorithm.approximation(r.state).std - stds) / stds).abs().max() for r in (raw,
                                                                                           pre)]
     assert err[1] < 0.03 < err[0]
+
+
+def test_digits_mlp_matches_map_accuracy_with_lower_nll():
+    """Same budget (1000 steps, batch 128): accuracy within 2 points of MAP, lower NLL."""
+    from bdlkit.evaluation import classification_values
+
+    ds = bdlkit.data.load("digits")
+    values = {}
+    for method in ("map", "score_vi"):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            net = bdlkit.models.MLP(ds.input_shape, ds.num_classes, hidden=(100,))
+        model = bdlkit.BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
+        res = bdlkit.infer(model, method, data=ds, steps=1000, seed=0)
+        values[method] = classification_values(res.predictive(ds.x_test, ds.y_test),
+                                               ds.y_test)
+    assert values["score_vi"]["accuracy"] >= values["map"]["accuracy"] - 0.02
+    assert values["score_vi"]["nll"] < values["map"]["nll"]
