@@ -32,8 +32,8 @@ def test_recovers_a_diagonal_gaussian():
     res = bdlkit.infer(target, "score_vi", steps=6000, seed=0, init_std=1.0, num_samples=4,
                        lr=DECAY)
     q = res.algorithm.approximation(res.state)
-    assert ((q.mean - m) / stds).abs().max() < 0.03
-    assert ((q.std - stds) / stds).abs().max() < 0.03
+    assert ((q.mean - m) / stds).abs().max() < 0.02
+    assert ((q.std - stds) / stds).abs().max() < 0.02
     draws = res.sample(4000)  # VI results sample q
     assert draws.shape == (4000, 5)
 
@@ -183,3 +183,15 @@ def test_digits_mlp_matches_map_accuracy_with_lower_nll():
                                                ds.y_test)
     assert values["score_vi"]["accuracy"] >= values["map"]["accuracy"] - 0.02
     assert values["score_vi"]["nll"] < values["map"]["nll"]
+
+
+def test_one_inner_step_rao_blackwellised_and_preconditioned_equals_advi():
+    """A derived fact worth knowing: at the anchor (K = 1) the preconditioned RB gradients are
+    σ²∂μ = −2·mean ŝ and σ²∂ρ = −4(1 + mean (θ−μ)ŝ), i.e. 2× and 4× ADVI's negative-ELBO
+    gradients, so with Adam (scale-invariant per coordinate) the iterates coincide."""
+    lam, m = correlated()
+    target = gaussian_target(lam, m)
+    kw = {"steps": 300, "seed": 0, "init_std": 0.5, "num_samples": 3, "lr": 0.01}
+    a = bdlkit.infer(target, "score_vi", **kw).state.lam
+    b = bdlkit.infer(target, "advi", **kw).state.lam
+    assert torch.allclose(a.mu, b.mu, atol=1e-6) and torch.allclose(a.rho, b.rho, atol=1e-6)

@@ -13,7 +13,11 @@ Rao-Blackwellised: the default, far lower variance), scaled by 1/N² (argmin unc
 and applied with a functional optimiser (Adam by default). ``precondition`` (default on)
 multiplies both gradients by σ² per coordinate: the raw ones scale as 1/σ², so while σ
 grows or shrinks over decades Adam's second-moment estimate lags by orders of magnitude
-and the steps stall; the rescaled ones stay O(1), like ADVI's (same fixed points). With K = 1 the proximal term
+and the steps stall; the rescaled ones stay O(1), like ADVI's (same fixed points). In
+fact with K = 1 they *are* ADVI's up to constants: σ²∂μ = −2·mean ŝ and
+σ²∂ρ = −4(1 + mean (θ−μ)ŝ) are 2× and 4× the negative-ELBO gradients, so under Adam the
+iterates coincide with ``advi`` (tested); score_vi differs through K > 1 with α, the
+Monte Carlo loss and the closed-form solver. With K = 1 the proximal term
 has zero gradient at λ = λ_t, so α has no effect (B.3). ``solver="closed_form"`` applies
 the exact per-iteration argmin in natural parameters instead (B.4.4), damped by ``omega``
 with precision clipping and a divergence guard (:mod:`.score_vi_closed_form`): opt-in,
