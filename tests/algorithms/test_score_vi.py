@@ -195,3 +195,17 @@ def test_one_inner_step_rao_blackwellised_and_preconditioned_equals_advi():
     a = bdlkit.infer(target, "score_vi", **kw).state.lam
     b = bdlkit.infer(target, "advi", **kw).state.lam
     assert torch.allclose(a.mu, b.mu, atol=1e-6) and torch.allclose(a.rho, b.rho, atol=1e-6)
+
+
+def test_anchored_fast_path_equals_the_general_preconditioned_gradient(blr):
+    model, (x, y), _, _ = blr
+    alg = score_vi.build(model)
+    lam = alg.init(generator=torch.Generator().manual_seed(0)).lam
+    thetas = bdlkit.families.diag_gaussian.sample(lam, 3, torch.Generator().manual_seed(1))
+    _, scores = score_vi.minibatch_scores(model, thetas, (x, y))
+    fast = score_vi.anchored_rb_gradients(lam, thetas, scores, 0.01)
+    slow = score_vi.rb_gradients(lam, lam, thetas, scores, 0.7)
+    for k in fast.mu:
+        var = (2 * lam.rho[k]).exp() * 0.01
+        assert torch.allclose(fast.mu[k], slow.mu[k] * var)
+        assert torch.allclose(fast.rho[k], slow.rho[k] * var)

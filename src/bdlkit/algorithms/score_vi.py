@@ -105,22 +105,27 @@ class ScoreVI:
             lam, opt_state = closed_form.step(state.lam, anchor, thetas, scores, alpha,
                                               state.opt_state, self.a_min, t)
         else:
-            grads = (rb_gradients if self.loss == "rb" else mc_gradients)(
-                state.lam, anchor, thetas, scores, alpha)
-            scale = 1.0 / float(self.problem.num_data) ** 2
-            if self.precondition:  # × σ² per coordinate: scale-stable as σ moves
-                var = tree_map(lambda r: (2 * r).exp(), state.lam.rho)
-                grads = DiagGaussianParams(mu=tree_map(lambda g, v: g * v * scale, grads.mu, var),
-                                           rho=tree_map(lambda g, v: g * v * scale, grads.rho,
-                                                        var))
-            else:
-                grads = tree_map(lambda g: g * scale, grads)
+            grads = self._gradients(state.lam, anchor, thetas, scores, alpha)
             updates, opt_state = self._opt.update(grads, state.opt_state, state.lam,
                                                   resolve(self.lr, t))
             lam = tree_map(lambda p, u: p + u, state.lam, updates)
         new = ScoreVIState(lam=lam, anchor=anchor, opt_state=opt_state,
                            rng_state=rng.state_of(gen), step=t + 1)
         return new, {"log_prob": value, "alpha": alpha}
+
+    def _gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
+                   thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:
+        """The λ-gradient of the loss, scaled by 1/N² and, with ``precondition``, by σ²."""
+        scale = 1.0 / float(self.problem.num_data) ** 2
+        if self.precondition and self.loss == "rb" and anchor is lam:  # K = 1: fast path
+            return anchored_rb_gradients(lam, thetas, scores, scale)
+        grads = (rb_gradients if self.loss == "rb" else mc_gradients)(
+            lam, anchor, thetas, scores, alpha)
+        if not self.precondition:
+            return tree_map(lambda g: g * scale, grads)
+        var = tree_map(lambda r: (2 * r).exp() * scale, lam.rho)
+        return DiagGaussianParams(mu=tree_map(lambda g, v: g * v, grads.mu, var),
+                                  rho=tree_map(lambda g, v: g * v, grads.rho, var))
 
     def params(self, state: ScoreVIState) -> TensorTree:
         return state.lam.mu
@@ -147,6 +152,16 @@ def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: Te
         return g_mu, -2 * a * g_a
 
     return _per_leaf(per_leaf, lam, anchor, thetas, scores)
+
+
+def anchored_rb_gradients(lam: DiagGaussianParams, thetas: TensorTree, scores: TensorTree,
+                          scale: float) -> DiagGaussianParams:
+    """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (the K = 1 case), times ``scale``:
+    ``σ²∂μ = −2·mean_k ŝ_k`` and ``σ²∂ρ = −4(1 + mean_k (θ_k − μ) ŝ_k)`` (α drops out)."""
+    mu = tree_map(lambda s: s.mean(0) * (-2 * scale), scores)
+    rho = tree_map(lambda t, m, s: (1 + ((t - m) * s).mean(0)) * (-4 * scale), thetas, lam.mu,
+                   scores)
+    return DiagGaussianParams(mu=mu, rho=rho)
 
 
 def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
@@ -222,5 +237,6 @@ def build(
 
 
 __all__ = [
-    "ScoreVI", "ScoreVIState", "build", "mc_gradients", "minibatch_scores", "rb_gradients",
+    "ScoreVI", "ScoreVIState", "anchored_rb_gradients", "build", "mc_gradients",
+    "minibatch_scores", "rb_gradients",
 ]

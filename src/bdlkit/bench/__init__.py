@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import diagnostics_speed, digits, runner_overhead, score_vi_study
+from . import diagnostics_speed, digits, efficiency, runner_overhead, score_vi_study
 
 Suite = Callable[..., list[dict[str, Any]]]
 
@@ -22,12 +22,14 @@ SUITES: dict[str, Suite] = {
     "runner": runner_overhead.run,
     "diagnostics": diagnostics_speed.run,
     "score-vi-study": score_vi_study.run,
+    "efficiency": efficiency.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
     "runner": runner_overhead.DESCRIPTION,
     "diagnostics": diagnostics_speed.DESCRIPTION,
     "score-vi-study": score_vi_study.DESCRIPTION,
+    "efficiency": efficiency.DESCRIPTION,
 }
 
 

@@ -1,0 +1,69 @@
+"""The ``efficiency`` suite end to end at tiny sizes: rows, ratios, goals, failures, memory."""
+
+import json
+
+import pytest
+import torch
+
+from bdlkit import algorithms
+from bdlkit.bench import efficiency
+
+FIELDS = ("model", "method", "step_time_s", "peak_mem_mb")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: tiny steps on a busy 2-core machine stall with two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_efficiency_suite_writes_rows_ratios_and_goals(tmp_path):
+    rows = efficiency.run(tmp_path, models=("mlp",), methods=("sgd", "score_vi", "advi", "sgld"),
+                          steps=2, repeats=1, warmup=1, memory=False, echo=False,
+                          shared_warm_up=False)
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["suite"] == "efficiency" and result["command"].startswith("bdlkit bench")
+    ran = [m for m in ("sgd", "score_vi", "advi", "sgld")
+           if efficiency._registered(m) in algorithms.METHODS]
+    assert [r["method"] for r in result["rows"]] == ran == [r["method"] for r in rows]
+    for row in result["rows"]:
+        assert set(FIELDS) <= set(row) and row["model"] == "mlp" and row["status"] == "ok"
+        assert row["step_time_s"] > 0 and row["peak_mem_mb"] is None and row["timed"] == "2x1"
+    ratios = result["ratios"]
+    assert ratios["mlp:score_vi/sgd"] > 0 and ratios["mlp:sgld/sgd"] > 0
+    assert ("mlp:score_vi/advi" in ratios) == ("advi" in algorithms.METHODS)
+    assert not any(k.endswith("_mem") for k in ratios)  # memory was off
+    goals = result["goals"]
+    assert set(goals) == {f"{k} <= {v}" for k, v in efficiency.GOALS.items()}
+    assert isinstance(goals["mlp:score_vi/sgd <= 1.5"], bool)
+    assert goals["score_vi/sgd <= 1.25"] is None  # ResNet20-FRN did not run
+    assert result["goal_thresholds"]["score_vi/advi"] == 1.1 and "machine" in result
+    if not goals["mlp:score_vi/sgd <= 1.5"]:  # a missed time goal is profiled
+        assert set(result["profile"]["mlp"]) == {"score_vi", "sgd"}
+        assert result["profile"]["mlp"]["score_vi"]["self_ms"]
+    text = (tmp_path / "results.md").read_text()
+    assert "| model | method | status |" in text and "mlp:score_vi/sgd" in text
+
+
+def test_unregistered_methods_are_skipped_and_failures_recorded(tmp_path, monkeypatch):
+    monkeypatch.setitem(efficiency.METHOD_SPECS, "broken", ("sgld", {"lr": -1.0}))
+    rows = efficiency.run(tmp_path, models=("mlp",), methods=("sgd", "broken", "no_such"),
+                          steps=2, repeats=2, warmup=1, memory=False, budget_s=1e-9,
+                          echo=False, profile=False, shared_warm_up=False)
+    by_method = {r["method"]: r for r in rows}
+    assert set(by_method) == {"sgd", "broken"}
+    assert by_method["broken"]["status"].startswith("failed: ValueError")
+    assert by_method["broken"]["step_time_s"] is None
+    assert by_method["sgd"]["status"] == "ok (time-boxed to 1 steps x 1 rounds)"
+    assert by_method["sgd"]["timed"] == "1x1"
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert "no_such" in result["skipped"] and result["ratios"] == {}
+
+
+@pytest.mark.skipif(not efficiency._reset_peak_rss(), reason="needs Linux /proc clear_refs")
+def test_memory_probe_measures_a_fresh_subprocess():
+    mem, how, err = efficiency._subprocess_memory("mlp", "sgd", seed=0, mem_steps=1)
+    assert err is None and how.startswith("rss growth") and 0 <= mem < 500
