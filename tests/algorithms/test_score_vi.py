@@ -25,11 +25,12 @@ def correlated(d=4, seed=0):
     return lam, torch.randn(d, generator=g, dtype=torch.float64)
 
 
-def test_recovers_a_diagonal_gaussian():
+@pytest.mark.parametrize("method", ["score_vi", "advi"])
+def test_recovers_a_diagonal_gaussian(method):
     stds = torch.tensor([0.3, 0.5, 1.0, 2.0, 3.0], dtype=torch.float64)
     m = torch.linspace(-1, 1, 5, dtype=torch.float64)
     target = gaussian_target(torch.diag(stds**-2), m)
-    res = bdlkit.infer(target, "score_vi", steps=6000, seed=0, init_std=1.0, num_samples=4,
+    res = bdlkit.infer(target, method, steps=6000, seed=0, init_std=1.0, num_samples=4,
                        lr=DECAY)
     q = res.algorithm.approximation(res.state)
     assert ((q.mean - m) / stds).abs().max() < 0.02
