@@ -57,11 +57,9 @@ per function and the time of each phase of the step) and the breakdown is writte
 
 from __future__ import annotations
 
-import cProfile
 import gc
 import json
 import os
-import pstats
 import resource
 import statistics
 import subprocess
@@ -77,6 +75,17 @@ from .. import algorithms
 from .. import models as zoo
 from ..problems import BayesianModel
 from .common import prepare_bench_out, warm_up, write_results
+from .efficiency_report import (
+    GOALS,
+    failure,
+    goal_key,
+    load_avg,
+    note,
+    profile_step,
+    ratio,
+    ratio_of,
+    ratio_table,
+)
 
 DESCRIPTION = ("step time and peak memory of score_vi, advi, fisher_vi, SGD and the samplers "
                "on an MLP and ResNet20-FRN (ratios and goals)")
@@ -106,17 +115,6 @@ METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "fisher_vi": ("fisher_vi", {"num_samples": 1}),
     "sgld": ("sgld", {}),
 }
-#: ratio key -> the largest value that meets the goal
-GOALS: dict[str, float] = {"score_vi/sgd": 1.25, "score_vi/advi": 1.1,
-                           "score_vi_mem/advi_mem": 1.5, "mlp:score_vi/sgd": 1.5}
-TIME_PAIRS = [("score_vi", "sgd"), ("score_vi", "advi"), ("advi", "sgd"), ("fisher_vi", "sgd"),
-              ("fisher_vi", "score_vi"), ("sgld", "sgd")]
-MEM_PAIRS = [("score_vi", "advi"), ("score_vi", "sgd"), ("advi", "sgd"), ("fisher_vi", "sgd"),
-             ("sgld", "sgd")]
-#: functions whose cumulative time is reported as a phase of a profiled step
-PHASES = ("value_and_score", "minibatch_scores", "sample", "draw_eps", "reparam",
-          "rb_gradients", "mc_gradients", "elbo_grad", "loss_and_grad", "update",
-          "apply_grads", "stack", "randn_like", "all_finite")
 MMAP_THRESHOLD = 65536
 
 
@@ -149,7 +147,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     skipped = {m: f"method {_registered(m)!r} is not registered in bdlkit.algorithms.METHODS"
                for m in wanted if m not in chosen}
     _say(echo, f"efficiency on {dev}: methods {chosen}; skipped {sorted(skipped)}")
-    load_before = _load_avg()
+    load_before = load_avg()
     if shared_warm_up:
         warm_up()
     rows: list[dict[str, Any]] = []
@@ -162,11 +160,11 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                                          n_warm, budget_s, seed, dev, echo)
         times = {r["method"]: r["step_time_s"] for r in model_rows}
         missed = [b for (a, b) in (("score_vi", "sgd"), ("score_vi", "advi"))
-                  if _goal_key(model_name, f"{a}/{b}") in GOALS
-                  and _ratio(times, a, b) is not None
-                  and _ratio(times, a, b) > GOALS[_goal_key(model_name, f"{a}/{b}")]]
+                  if goal_key(model_name, f"{a}/{b}") in GOALS
+                  and ratio(times, a, b) is not None
+                  and ratio(times, a, b) > GOALS[goal_key(model_name, f"{a}/{b}")]]
         if profile and missed:
-            profiles[model_name] = {m: _profile(*states[m], batch, max(1, n_steps // 2))
+            profiles[model_name] = {m: profile_step(*states[m], batch, max(1, n_steps // 2))
                                     for m in ["score_vi", *missed] if m in states}
         del states
         gc.collect()
@@ -185,15 +183,15 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         rows += model_rows
         del problem, batch
         gc.collect()
-    ratios = _ratios(rows)
-    ratios_min = _ratios(rows, "step_time_min_s", memory=False)
+    ratios = ratio_table(rows)
+    ratios_min = ratio_table(rows, "step_time_min_s", memory=False)
     goals = {f"{k} <= {v}": (None if ratios.get(k) is None else bool(ratios[k] <= v))
              for k, v in GOALS.items()}
     for row in rows:  # ratios to SGD on the same model, for the table
         base = next((r for r in rows if r["model"] == row["model"] and r["method"] == "sgd"),
                     None)
-        row["time_vs_sgd"] = _ratio_of(row.get("step_time_s"), base and base["step_time_s"])
-        row["mem_vs_sgd"] = _ratio_of(row.get("peak_mem_mb"), base and base["peak_mem_mb"])
+        row["time_vs_sgd"] = ratio_of(row.get("step_time_s"), base and base["step_time_s"])
+        row["mem_vs_sgd"] = ratio_of(row.get("peak_mem_mb"), base and base["peak_mem_mb"])
     settings = {"batch_size": BATCH_SIZE, "num_data": NUM_DATA,
                 "steps_x_rounds": {m: f"{n}x{r}" for m, (n, r, _) in sizes.items()},
                 "warmup": {m: w for m, (_, _, w) in sizes.items()}, "budget_s": budget_s,
@@ -201,7 +199,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 "device": str(dev), "seed": seed,
                 "models": {m: MODEL_SPECS[m][0] for m in model_names},
                 "hyper": {m: METHOD_SPECS.get(m, (m, {}))[1] for m in chosen},
-                "load_avg_1min": {"before": load_before, "after": _load_avg()}}
+                "load_avg_1min": {"before": load_before, "after": load_avg()}}
     write_results(out, "efficiency", quick, command, "step time and peak memory per method",
                   f"batch {BATCH_SIZE} of random inputs, N = {NUM_DATA}; steps x interleaved "
                   f"rounds {settings['steps_x_rounds']} after {settings['warmup']} warm-up steps, "
@@ -209,8 +207,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                   {"settings": settings, "ratios": ratios, "goals": goals,
                    "ratios_min": ratios_min,
                    "goal_thresholds": dict(GOALS), "skipped": skipped, "profile": profiles},
-                  note=_note(ratios, ratios_min, goals, skipped, profiles, dev,
-                             settings["load_avg_1min"]), floatfmt=".4g")
+                  note=note(ratios, ratios_min, goals, skipped, profiles, dev,
+                             settings["load_avg_1min"],
+                             {k: spec[0] for k, spec in MODEL_SPECS.items()}), floatfmt=".4g")
     return rows
 
 
@@ -272,7 +271,7 @@ def _time_model(model_name: str, problem: BayesianModel, batch: Any, methods: li
                     break
             last = 0.0 if last == float("inf") else last
         except Exception as err:  # recorded in the row, never fatal
-            rows[method]["status"] = _failure(err)
+            rows[method]["status"] = failure(err)
             _release(dev)
             _say(echo, f"  {label:<20} {method:<10} {rows[method]['status']}")
             continue
@@ -297,7 +296,7 @@ def _time_model(model_name: str, problem: BayesianModel, batch: Any, methods: li
                     state, _ = algorithm.step(state, batch)
                 sync()
             except Exception as err:  # recorded, never fatal
-                rows[method]["status"] = _failure(err)
+                rows[method]["status"] = failure(err)
                 del live[method]
                 _release(dev)
                 continue
@@ -315,11 +314,6 @@ def _time_model(model_name: str, problem: BayesianModel, batch: Any, methods: li
         _say(echo, f"  {label:<20} {method:<10} {1e3 * row['step_time_s']:9.2f} ms/step "
                    f"({row['timed']}) {'' if row['status'] == 'ok' else row['status']}")
     return list(rows.values()), {m: (a, s) for m, (a, s) in live.items()}
-
-
-def _failure(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return f"failed: {type(err).__name__}: {text[:160]}"
 
 
 def _release(dev: torch.device) -> None:
@@ -348,7 +342,7 @@ def _cuda_memory(method: str, problem: BayesianModel, batch: Any, seed: int,
         torch.cuda.synchronize(dev)
         peak = torch.cuda.max_memory_allocated(dev) - base
     except Exception as err:  # recorded, never fatal
-        return None, how, "memory " + _failure(err)
+        return None, how, "memory " + failure(err)
     finally:
         _release(dev)
     return peak / 2**20, how, None
@@ -395,7 +389,7 @@ def _probe(spec_json: str) -> None:
     try:  # one discarded step of the same method: one-off allocations (imports, kernels)
         _run_steps(spec["method"], problem, batch, int(spec["seed"]), 1)
     except Exception as err:  # recorded, never fatal
-        answer["error"] = "memory " + _failure(err)
+        answer["error"] = "memory " + failure(err)
         print(json.dumps(answer), flush=True)
         return
     gc.collect()
@@ -406,7 +400,7 @@ def _probe(spec_json: str) -> None:
     try:
         _run_steps(spec["method"], problem, batch, int(spec["seed"]), int(spec["steps"]))
     except Exception as err:  # recorded, never fatal
-        answer["error"] = "memory " + _failure(err)
+        answer["error"] = "memory " + failure(err)
     peak_kb = _status_kb("VmHWM") if exact else _maxrss_kb()
     if answer["error"] is None and base_kb is not None and peak_kb is not None:
         answer["peak_mem_mb"] = max(0.0, peak_kb - base_kb) / 1024
@@ -435,130 +429,6 @@ def _status_kb(field: str) -> float | None:
 def _maxrss_kb() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 if sys.platform == "darwin" else float(peak)  # bytes on macOS
-
-
-# --------------------------------------------------------------------------- profiling
-def _profile(algorithm: Any, state: Any, batch: Any, steps: int) -> dict[str, Any]:
-    """cProfile of ``steps`` steps: top self times and the phases of the step (ms/step)."""
-    prof = cProfile.Profile()
-    start = time.perf_counter()
-    prof.enable()
-    try:
-        for _ in range(steps):
-            state, _ = algorithm.step(state, batch)
-    except Exception as err:  # recorded, never fatal
-        return {"ms_per_step": None, "self_ms": [], "phases_ms": {}, "error": _failure(err)}
-    finally:
-        prof.disable()
-    total = time.perf_counter() - start
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    scale = 1e3 / steps
-    top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:10]
-    phases: dict[str, float] = {}
-    for (filename, _, func), (_, _, _, cum, _) in stats.items():
-        if func in PHASES and "bdlkit" in filename:
-            key = f"{Path(filename).stem}.{func}"
-            phases[key] = max(phases.get(key, 0.0), cum * scale)
-    return {"ms_per_step": total * scale,
-            "self_ms": [{"function": _func_name(key), "ms_per_step": v[2] * scale,
-                         "calls_per_step": v[1] / steps} for key, v in top],
-            "phases_ms": dict(sorted(phases.items(), key=lambda kv: -kv[1]))}
-
-
-def _func_name(key: tuple[str, int, str]) -> str:
-    filename, line, func = key
-    if filename == "~":
-        return func
-    parts = Path(filename).parts
-    where = "/".join(parts[parts.index("bdlkit"):]) if "bdlkit" in parts else Path(filename).name
-    return f"{where}:{line}({func})"
-
-
-# --------------------------------------------------------------------------- ratios
-def _goal_key(model_name: str, key: str) -> str:
-    return key if model_name == "resnet20_frn" else f"{model_name}:{key}"
-
-
-def _ratio_of(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def _ratio(values: dict[str, float | None], a: str, b: str) -> float | None:
-    return _ratio_of(values.get(a), values.get(b))
-
-
-def _ratios(rows: list[dict[str, Any]], time_field: str = "step_time_s",
-            memory: bool = True) -> dict[str, float]:
-    ratios: dict[str, float] = {}
-    for model_name in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model_name]
-        times = {r["method"]: r[time_field] for r in mine}
-        mems = {r["method"]: r["peak_mem_mb"] for r in mine}
-        for a, b in TIME_PAIRS:
-            if (value := _ratio(times, a, b)) is not None:
-                ratios[_goal_key(model_name, f"{a}/{b}")] = value
-        for a, b in MEM_PAIRS if memory else ():
-            if (value := _ratio(mems, a, b)) is not None:
-                ratios[_goal_key(model_name, f"{a}_mem/{b}_mem")] = value
-    return ratios
-
-
-# --------------------------------------------------------------------------- report
-def _note(ratios: dict[str, float], ratios_min: dict[str, float],
-          goals: dict[str, bool | None], skipped: dict[str, str], profiles: dict[str, Any],
-          dev: torch.device, load: dict[str, float | None]) -> str:
-    from .. import report
-
-    mark = {True: "met", False: "**missed**", None: "not measured"}
-
-    def ratio_row(key: str) -> dict[str, Any]:
-        goal = GOALS.get(key)
-        return {"ratio": key, "value": ratios.get(key), "fastest_rounds": ratios_min.get(key),
-                "goal": "" if goal is None else f"<= {goal}",
-                "status": "" if goal is None else mark[goals[f"{key} <= {goal}"]]}
-
-    ratio_rows = [ratio_row(k) for k in [*ratios, *(k for k in GOALS if k not in ratios)]]
-    mem = ("torch.cuda.max_memory_allocated growth per method" if dev.type == "cuda" else
-           "RSS growth of a fresh subprocess per (model, method): VmHWM after resetting it "
-           "with /proc/self/clear_refs, glibc mmap threshold 64 KiB; noise a few MB, so MLP "
-           "numbers are indicative only")
-    parts = ["## Ratios and goals\n",
-             "Unprefixed ratios are ResNet20-FRN, `mlp:` the MLP 784-256-256-10; `a/b` divides "
-             "median step times (`fastest_rounds`: of the fastest rounds, less sensitive to "
-             "other load on the machine; the goals are judged on the medians), `a_mem/b_mem` "
-             "peak memory growth.\n",
-             report.markdown_table(ratio_rows, floatfmt=".3f"),
-             f"`step_time_s`: median per-step time over interleaved rounds (`timed`: steps x "
-             f"rounds); `peak_mem_mb`: {mem}. `sgd` is `map` with `optimizer=\"sgd\"` "
-             f"(momentum 0.9). Inputs are random, so accuracy is not measured. 1-minute load "
-             f"average before/after: {load['before']}/{load['after']} on {os.cpu_count()} "
-             f"cores (other work on the machine inflates and scatters the times)."]
-    if (load["before"] or 0) > 0.5 * (os.cpu_count() or 1):
-        parts.append("\n**The machine was busy before the run started** (load average "
-                     f"{load['before']}): times and ratios are unreliable; rerun on an idle "
-                     "machine.")
-    if skipped:
-        parts.append("\nSkipped: " + "; ".join(f"`{m}` ({why})" for m, why in skipped.items())
-                     + ".")
-    for model_name, by_method in profiles.items():
-        parts.append(f"\n## Where the time goes: {MODEL_SPECS[model_name][0]} (cProfile)\n")
-        for method, prof in by_method.items():
-            if prof.get("error"):
-                parts.append(f"`{method}`: profiling {prof['error']}\n")
-                continue
-            phases = ", ".join(f"{k} {v:.2f}" for k, v in prof["phases_ms"].items())
-            parts.append(f"`{method}`: {prof['ms_per_step']:.2f} ms/step under the profiler; "
-                         f"phases (ms/step, cumulative, nested): {phases or '-'}\n")
-            parts.append(report.markdown_table(prof["self_ms"], floatfmt=".3f"))
-    return "\n".join(parts)
-
-
-def _load_avg() -> float | None:
-    """The 1-minute load average (other work on the machine skews the timings)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
 
 
 def _say(echo: bool, text: str) -> None:

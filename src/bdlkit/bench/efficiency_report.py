@@ -1,0 +1,159 @@
+"""Analysis for the ``efficiency`` suite: goals, ratios, profiles and the notes of results.md.
+
+Kept apart from :mod:`.efficiency` (which builds the problems and measures time and
+memory) so each file has one job: this one turns measured rows into ratios against the
+issue's goals and explains, from a cProfile of one step, where the time goes.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: ratio key -> the largest value that meets the goal
+GOALS: dict[str, float] = {"score_vi/sgd": 1.25, "score_vi/advi": 1.1,
+                           "score_vi_mem/advi_mem": 1.5, "mlp:score_vi/sgd": 1.5}
+TIME_PAIRS = [("score_vi", "sgd"), ("score_vi", "advi"), ("advi", "sgd"), ("fisher_vi", "sgd"),
+              ("fisher_vi", "score_vi"), ("sgld", "sgd")]
+MEM_PAIRS = [("score_vi", "advi"), ("score_vi", "sgd"), ("advi", "sgd"), ("fisher_vi", "sgd"),
+             ("sgld", "sgd")]
+#: functions whose cumulative time is reported as a phase of a profiled step
+PHASES = ("value_and_score", "minibatch_scores", "sample", "draw_eps", "reparam",
+          "rb_gradients", "mc_gradients", "elbo_grad", "loss_and_grad", "update",
+          "apply_grads", "stack", "randn_like", "all_finite")
+
+def failure(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"failed: {type(err).__name__}: {text[:160]}"
+
+
+# --------------------------------------------------------------------------- profiling
+def profile_step(algorithm: Any, state: Any, batch: Any, steps: int) -> dict[str, Any]:
+    """cProfile of ``steps`` steps: top self times and the phases of the step (ms/step)."""
+    prof = cProfile.Profile()
+    start = time.perf_counter()
+    prof.enable()
+    try:
+        for _ in range(steps):
+            state, _ = algorithm.step(state, batch)
+    except Exception as err:  # recorded, never fatal
+        return {"ms_per_step": None, "self_ms": [], "phases_ms": {}, "error": failure(err)}
+    finally:
+        prof.disable()
+    total = time.perf_counter() - start
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    scale = 1e3 / steps
+    top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:10]
+    phases: dict[str, float] = {}
+    for (filename, _, func), (_, _, _, cum, _) in stats.items():
+        if func in PHASES and "bdlkit" in filename:
+            key = f"{Path(filename).stem}.{func}"
+            phases[key] = max(phases.get(key, 0.0), cum * scale)
+    return {"ms_per_step": total * scale,
+            "self_ms": [{"function": func_name(key), "ms_per_step": v[2] * scale,
+                         "calls_per_step": v[1] / steps} for key, v in top],
+            "phases_ms": dict(sorted(phases.items(), key=lambda kv: -kv[1]))}
+
+
+def func_name(key: tuple[str, int, str]) -> str:
+    filename, line, func = key
+    if filename == "~":
+        return func
+    parts = Path(filename).parts
+    where = "/".join(parts[parts.index("bdlkit"):]) if "bdlkit" in parts else Path(filename).name
+    return f"{where}:{line}({func})"
+
+
+# --------------------------------------------------------------------------- ratios
+def goal_key(model_name: str, key: str) -> str:
+    return key if model_name == "resnet20_frn" else f"{model_name}:{key}"
+
+
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def ratio(values: dict[str, float | None], a: str, b: str) -> float | None:
+    return ratio_of(values.get(a), values.get(b))
+
+
+def ratio_table(rows: list[dict[str, Any]], time_field: str = "step_time_s",
+            memory: bool = True) -> dict[str, float]:
+    ratios: dict[str, float] = {}
+    for model_name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model_name]
+        times = {r["method"]: r[time_field] for r in mine}
+        mems = {r["method"]: r["peak_mem_mb"] for r in mine}
+        for a, b in TIME_PAIRS:
+            if (value := ratio(times, a, b)) is not None:
+                ratios[goal_key(model_name, f"{a}/{b}")] = value
+        for a, b in MEM_PAIRS if memory else ():
+            if (value := ratio(mems, a, b)) is not None:
+                ratios[goal_key(model_name, f"{a}_mem/{b}_mem")] = value
+    return ratios
+
+
+# --------------------------------------------------------------------------- report
+def note(ratios: dict[str, float], ratios_min: dict[str, float],
+          goals: dict[str, bool | None], skipped: dict[str, str], profiles: dict[str, Any],
+          dev: torch.device, load: dict[str, float | None], labels: dict[str, str]) -> str:
+    from .. import report
+
+    mark = {True: "met", False: "**missed**", None: "not measured"}
+
+    def ratio_row(key: str) -> dict[str, Any]:
+        goal = GOALS.get(key)
+        return {"ratio": key, "value": ratios.get(key), "fastest_rounds": ratios_min.get(key),
+                "goal": "" if goal is None else f"<= {goal}",
+                "status": "" if goal is None else mark[goals[f"{key} <= {goal}"]]}
+
+    ratio_rows = [ratio_row(k) for k in [*ratios, *(k for k in GOALS if k not in ratios)]]
+    mem = ("torch.cuda.max_memory_allocated growth per method" if dev.type == "cuda" else
+           "RSS growth of a fresh subprocess per (model, method): VmHWM after resetting it "
+           "with /proc/self/clear_refs, glibc mmap threshold 64 KiB; noise a few MB, so MLP "
+           "numbers are indicative only")
+    parts = ["## Ratios and goals\n",
+             "Unprefixed ratios are ResNet20-FRN, `mlp:` the MLP 784-256-256-10; `a/b` divides "
+             "median step times (`fastest_rounds`: of the fastest rounds, less sensitive to "
+             "other load on the machine; the goals are judged on the medians), `a_mem/b_mem` "
+             "peak memory growth.\n",
+             report.markdown_table(ratio_rows, floatfmt=".3f"),
+             f"`step_time_s`: median per-step time over interleaved rounds (`timed`: steps x "
+             f"rounds); `peak_mem_mb`: {mem}. `sgd` is `map` with `optimizer=\"sgd\"` "
+             f"(momentum 0.9). Inputs are random, so accuracy is not measured. 1-minute load "
+             f"average before/after: {load['before']}/{load['after']} on {os.cpu_count()} "
+             f"cores (other work on the machine inflates and scatters the times)."]
+    if (load["before"] or 0) > 0.5 * (os.cpu_count() or 1):
+        parts.append("\n**The machine was busy before the run started** (load average "
+                     f"{load['before']}): times and ratios are unreliable; rerun on an idle "
+                     "machine.")
+    if skipped:
+        parts.append("\nSkipped: " + "; ".join(f"`{m}` ({why})" for m, why in skipped.items())
+                     + ".")
+    for model_name, by_method in profiles.items():
+        parts.append(f"\n## Where the time goes: {labels[model_name]} (cProfile)\n")
+        for method, prof in by_method.items():
+            if prof.get("error"):
+                parts.append(f"`{method}`: profiling {prof['error']}\n")
+                continue
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in prof["phases_ms"].items())
+            parts.append(f"`{method}`: {prof['ms_per_step']:.2f} ms/step under the profiler; "
+                         f"phases (ms/step, cumulative, nested): {phases or '-'}\n")
+            parts.append(report.markdown_table(prof["self_ms"], floatfmt=".3f"))
+    return "\n".join(parts)
+
+
+def load_avg() -> float | None:
+    """The 1-minute load average (other work on the machine skews the timings)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
