@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .. import rng
 from ..families import diag_gaussian as family
-from ..families.diag_gaussian import DiagGaussianParams
+from ..families.diag_gaussian import DiagGaussian, DiagGaussianParams
 from ..optim import SGD, Adam, make_optimizer
 from ..problems import Target
 from ..schedules import Schedule
@@ -49,6 +49,17 @@ class VIState:
     opt_state: Any  # AdamState | SGDState, shaped like lam
     rng_state: Tensor
     step: int
+
+
+class DiagGaussianVI:
+    """What every diagonal-Gaussian VI method answers the same way (state has ``lam``)."""
+
+    def params(self, state: Any) -> TensorTree:
+        """The variational mean μ."""
+        return state.lam.mu
+
+    def approximation(self, state: Any) -> DiagGaussian:
+        return DiagGaussian(state.lam)
 
 
 def check_hyper(

@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from .. import rng
-from ..families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from ..families.diag_gaussian import DiagGaussianParams
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, device_of, tree_map
 from ..types import Batch, Info, Problem
@@ -70,7 +70,7 @@ ADVIState = vi.VIState
 
 
 @dataclass(frozen=True)
-class ADVI:
+class ADVI(vi.DiagGaussianVI):
     """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring)."""
 
     problem: Problem
@@ -122,12 +122,6 @@ class ADVI:
         new = vi.apply_grads(self._opt, state, grads, resolve(self.lr, state.step), gen)
         return new, {"log_prob": value, "elbo": value + vi.entropy(state.lam)}
 
-    def params(self, state: ADVIState) -> TensorTree:
-        """The variational mean μ."""
-        return state.lam.mu
-
-    def approximation(self, state: ADVIState) -> DiagGaussian:
-        return DiagGaussian(state.lam)
 
 
 def build(

@@ -46,7 +46,7 @@ from torch import Tensor
 
 from .. import rng
 from ..errors import NonFiniteError
-from ..families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from ..families.diag_gaussian import DiagGaussianParams
 from ..problems import Target
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, all_finite, device_of, index, tree_leaves, tree_map
@@ -77,7 +77,7 @@ def differentiable_log_density(problem: Problem) -> LogDensity:
 
 
 @dataclass(frozen=True)
-class FisherVI:
+class FisherVI(vi.DiagGaussianVI):
     """``λ ← λ + optimizer_update(∇_λ L̂)`` with the Fisher loss L̂ of the module docstring."""
 
     problem: Problem
@@ -175,12 +175,6 @@ class FisherVI:
             "curvature is large (advi and score_vi are more robust)"
         )
 
-    def params(self, state: FisherVIState) -> TensorTree:
-        """The variational mean μ."""
-        return state.lam.mu
-
-    def approximation(self, state: FisherVIState) -> DiagGaussian:
-        return DiagGaussian(state.lam)
 
 
 def build(

@@ -36,14 +36,14 @@ from torch import Tensor
 
 from .. import rng
 from ..families import diag_gaussian as family
-from ..families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from ..families.diag_gaussian import DiagGaussianParams
 from ..optim import make_optimizer
 from ..problems import Target
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, device_of, pytree_dataclass, tree_map
 from ..types import Batch, Info, Problem
 from . import score_vi_closed_form as closed_form
-from ._vi_common import minibatch_scores
+from ._vi_common import DiagGaussianVI, minibatch_scores
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -58,7 +58,7 @@ class ScoreVIState:
 
 
 @dataclass(frozen=True)
-class ScoreVI:
+class ScoreVI(DiagGaussianVI):
     problem: Problem
     lr: float | Schedule = 3e-3
     optimizer: str = "adam"
@@ -127,11 +127,6 @@ class ScoreVI:
         return DiagGaussianParams(mu=tree_map(lambda g, v: g * v, grads.mu, var),
                                   rho=tree_map(lambda g, v: g * v, grads.rho, var))
 
-    def params(self, state: ScoreVIState) -> TensorTree:
-        return state.lam.mu
-
-    def approximation(self, state: ScoreVIState) -> DiagGaussian:
-        return DiagGaussian(state.lam)
 
 
 def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
