@@ -55,7 +55,8 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_unknown_method_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="valid methods: advi, fisher_vi, map, score_vi, sgld"):
+    with pytest.raises(ValueError, match="valid methods: advi, bam, fisher_vi, gsm, map, "
+                                         "score_vi, sgld"):
         bdlkit.infer(standard_normal(), "nuts", steps=1)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import advi, fisher_vi, score_vi, sgld
+from . import advi, bam, fisher_vi, gsm, score_vi, sgld
 from . import map as map_
 
 METHODS: dict[str, ModuleType] = {
@@ -17,6 +17,8 @@ METHODS: dict[str, ModuleType] = {
     "score_vi": score_vi,
     "advi": advi,
     "fisher_vi": fisher_vi,
+    "gsm": gsm,
+    "bam": bam,
 }
 DESCRIPTIONS: dict[str, str] = {
     "map": "MAP point estimate with Adam or SGD (a deterministic baseline)",
@@ -24,6 +26,8 @@ DESCRIPTIONS: dict[str, str] = {
     "score_vi": "proximal SG score-based VI, diagonal Gaussian (SSM-prox; Kim 2026)",
     "advi": "mean-field ADVI, reparameterised ELBO (Kucukelbir et al. 2017)",
     "fisher_vi": "reparameterised Fisher-divergence VI (needs Hessian-vector products)",
+    "gsm": "Gaussian score matching, full or diagonal covariance (Modi et al. 2023)",
+    "bam": "batch and match, full, low-rank or diagonal covariance (Cai et al. 2024)",
 }
 
 
