@@ -22,6 +22,7 @@ from .metrics.classification import reliability_bins
 from .serialization import atomic_write_bytes
 
 __all__ = [
+    "convergence_plot",
     "ess_bars",
     "history_plot",
     "markdown_table",
@@ -287,5 +288,39 @@ def ess_bars(
     ax.grid(axis="x", alpha=0.3)
     if title:
         ax.set_title(title)
+    fig.tight_layout()
+    return _save_png(fig, path)
+
+
+def convergence_plot(
+    curves: dict[str, list[dict[str, float]]],
+    path: str | os.PathLike,
+    y: str,
+    xs: tuple[str, ...] = ("score_evals", "seconds"),
+    title: str = "",
+    floor: float = 1e-8,
+) -> Path | None:
+    """Log-log curves of ``y`` against each key of ``xs`` (one panel each), one line per
+    label of ``curves`` (a list of points with those keys); values below ``floor`` are
+    drawn at ``floor``. ``None`` without matplotlib or without any finite point."""
+    fig = _new_figure((5.0 * len(xs), 3.6))
+    if fig is None or not any(curves.values()):
+        return None
+    for i, x in enumerate(xs):
+        ax = fig.add_subplot(1, len(xs), i + 1)
+        for label, points in curves.items():
+            pts = [(p[x], max(p[y], floor)) for p in points
+                   if p.get(x, 0) > 0 and math.isfinite(p.get(y, math.nan))]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker=".", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(y.replace("_", " "))
+        ax.grid(True, which="both", alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return _save_png(fig, path)

@@ -128,3 +128,22 @@ def test_make_target_and_dtype() -> None:
         make_target("nope")
     with pytest.raises(ValueError):
         funnel(dim=1)
+
+
+def test_block_rotated_gaussian_matches_its_dense_description():
+    target = gaussian(12, 100.0, block_size=4, seed=3, num_draws=4)
+    cov, prec = target.reference.cov, target.precision
+    assert torch.allclose(cov @ prec, torch.eye(12, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(cov[:4, 4:], torch.zeros(4, 8, dtype=torch.float64))  # blocks
+    eig = torch.linalg.eigvalsh(cov)
+    assert torch.allclose(eig, torch.logspace(0, 2, 12, dtype=torch.float64))
+    x = target.sample(5)
+    diff = x - target.reference.mean
+    dense = -0.5 * ((diff @ prec) * diff).sum(-1) - 0.5 * torch.logdet(2 * torch.pi * cov)
+    assert torch.allclose(target.log_prob(x), dense, atol=1e-10)
+    draws = target.sample(100_000, torch.Generator().manual_seed(1))
+    var = cov.diagonal()
+    se = ((var[:, None] * var[None, :] + cov**2) / len(draws)).sqrt()  # std error of each entry
+    assert ((torch.cov(draws.T) - cov).abs() < 5 * se).all()
+    with pytest.raises(ValueError, match="block_size must divide"):
+        gaussian(10, block_size=3)

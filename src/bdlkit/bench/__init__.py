@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import diagnostics_speed, digits, efficiency, runner_overhead, score_vi_study
+from . import diagnostics_speed, digits, efficiency, runner_overhead, score_vi_study, synthetic
 
 Suite = Callable[..., list[dict[str, Any]]]
 
@@ -23,6 +23,7 @@ SUITES: dict[str, Suite] = {
     "diagnostics": diagnostics_speed.run,
     "score-vi-study": score_vi_study.run,
     "efficiency": efficiency.run,
+    "synthetic": synthetic.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -30,6 +31,7 @@ DESCRIPTIONS: dict[str, str] = {
     "diagnostics": diagnostics_speed.DESCRIPTION,
     "score-vi-study": score_vi_study.DESCRIPTION,
     "efficiency": efficiency.DESCRIPTION,
+    "synthetic": synthetic.DESCRIPTION,
 }
 
 

@@ -35,7 +35,7 @@ def prepare_bench_out(out: Path) -> Path:
     from ..run import prepare_out
 
     return prepare_out(out, overwrite=True, marker=".bdlkit-bench",
-                       entries=("results.json", "results.md", "report.md", "runs"))
+                       entries=("results.json", "results.md", "report.md", "runs", "plots"))
 
 
 def write_results(out: Path, suite: str, quick: bool, command: str | None, title: str,
