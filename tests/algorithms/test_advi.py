@@ -3,6 +3,7 @@ sticking the landing, unbiased gradients and checkpointable states."""
 
 import pytest
 import torch
+from gaussian_targets import correlated_gaussian, diag_gaussian
 from torch import nn
 
 import bdlkit
@@ -18,28 +19,6 @@ F64 = torch.float64
 def exp_decay(lr0: float, lr1: float, steps: int):
     """``lr0 → lr1`` geometrically over ``steps`` (Robbins–Monro-like annealing for Adam)."""
     return lambda t: lr0 * (lr1 / lr0) ** (t / steps)
-
-
-def diag_gaussian(std: torch.Tensor, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    mean = torch.randn(len(std), generator=g, dtype=F64) * std
-    target = bdlkit.Target(lambda th: -0.5 * (((th - mean) / std) ** 2).sum(-1), dim=len(std),
-                           dtype=F64)
-    return target, mean
-
-
-def correlated_gaussian(d: int = 4, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(d, d, generator=g, dtype=F64)
-    cov = a @ a.T + 0.5 * torch.eye(d, dtype=F64)
-    prec = torch.linalg.inv(cov)
-    mean = torch.randn(d, generator=g, dtype=F64)
-
-    def log_prob(th):
-        z = th - mean
-        return -0.5 * ((z @ prec) * z).sum(-1)
-
-    return bdlkit.Target(log_prob, dim=d, dtype=F64), mean, prec
 
 
 def fit(alg, steps, seed=0, data=None, batch_size=128):
@@ -65,7 +44,7 @@ def test_recovers_a_diagonal_gaussian_with_stds_over_three_decades():
 @pytest.mark.parametrize("stl", [False, True])
 def test_correlated_gaussian_converges_to_the_mean_field_optimum(stl):
     """On N(m, Λ⁻¹) the mean-field optimum is μ = m, σ_i² = 1/Λ_ii (not the marginal var)."""
-    target, mean, prec = correlated_gaussian()
+    target, mean, _, prec = correlated_gaussian(d=4)
     sd = prec.diagonal().rsqrt()
     assert (torch.linalg.inv(prec).diagonal().sqrt() / sd).max() > 1.2  # a real difference
     steps = 1500
@@ -94,7 +73,7 @@ def test_stl_has_zero_variance_at_the_optimum_of_a_target_in_the_family():
 def test_gradient_estimator_is_unbiased(stl):
     """The average of many draws equals the analytic ELBO gradient on N(m, Λ⁻¹):
     ∇_μ = −Λ(μ − m),  ∇_ρ_i = 1 − Λ_ii σ_i²."""
-    target, mean, prec = correlated_gaussian()
+    target, mean, _, prec = correlated_gaussian(d=4)
     alg = advi.build(target, stl=stl)
     lam = DiagGaussianParams(mu=mean + torch.tensor([0.5, -0.3, 0.2, 1.0], dtype=F64),
                              rho=torch.tensor([-0.5, 0.0, 0.3, -1.0], dtype=F64))
@@ -113,7 +92,7 @@ def test_gradient_estimator_is_unbiased(stl):
 
 def test_stl_changes_only_the_entropy_term():
     """stl=True replaces the entropy gradient (0, 1) by (ε/σ, ε²), draw by draw."""
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian(d=4)
     lam = DiagGaussianParams(mu=torch.zeros(4, dtype=F64), rho=torch.full((4,), -0.7, dtype=F64))
     eps = torch.randn(1, 4, generator=torch.Generator().manual_seed(3), dtype=F64)
     plain, _ = advi.build(target).elbo_grad(lam, eps, None)
@@ -163,7 +142,7 @@ def test_blr_network_reaches_the_mean_field_optimum_of_the_exact_posterior(blr):
 
 
 def test_state_round_trips_through_a_checkpoint_and_step_is_pure():
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian(d=4)
     alg = advi.build(target, lr=0.01, num_samples=3)
     state = alg.init(generator=torch.Generator().manual_seed(0))
     for _ in range(3):
@@ -181,7 +160,7 @@ def test_state_round_trips_through_a_checkpoint_and_step_is_pure():
 
 
 def test_init_accepts_a_point_or_full_variational_parameters():
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian(d=4)
     alg = advi.build(target, init_std=0.5)
     gen = torch.Generator().manual_seed(0)
     point = torch.arange(4, dtype=F64)
@@ -201,6 +180,6 @@ def test_init_accepts_a_point_or_full_variational_parameters():
      ({"optimizer": "rmsprop"}, "optimizer"), ({"stl": "yes"}, "stl")],
 )
 def test_build_rejects_bad_hyperparameters(kwargs, match):
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian(d=4)
     with pytest.raises(ValueError, match=match):
         advi.build(target, **kwargs)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
+from gaussian_targets import correlated_gaussian
 
 import bdlkit
 from bdlkit.algorithms import bam
@@ -18,21 +19,6 @@ from bdlkit.tree import tree_leaves
 F64 = torch.float64
 
 
-def correlated_gaussian(d: int = 5, seed: int = 1):
-    """N(m, Σ*) with Σ* = AAᵀ + 0.5 I (Part E); returns the target, m, Σ* and Λ = Σ*⁻¹."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(d, d, generator=g, dtype=F64)
-    cov = a @ a.T + 0.5 * torch.eye(d, dtype=F64)
-    prec = torch.linalg.inv(cov)
-    mean = torch.randn(d, generator=g, dtype=F64)
-
-    def log_prob(th):
-        z = th - mean
-        return -0.5 * ((z @ prec) * z).sum(-1)
-
-    return bdlkit.Target(log_prob, dim=d, dtype=F64), mean, cov, prec
-
-
 def run(alg, steps, params, seed=0, batch=None):
     state = alg.init(params, generator=torch.Generator().manual_seed(seed))
     for _ in range(steps):
@@ -41,7 +27,7 @@ def run(alg, steps, params, seed=0, batch=None):
 
 
 def batch_moments(lam_value: float, seed: int = 3):
-    target, _, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     g = torch.Generator().manual_seed(seed)
     lam = full_gaussian.init(torch.zeros(5, dtype=F64), 1.0)
     thetas = full_gaussian.sample(lam, 16, g)
@@ -156,7 +142,7 @@ def test_diag_bam_on_a_correlated_target_is_not_mean_field():
 
 
 def test_step_size_schedules():
-    target, _, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     assert bam.build(target).step_size(0, 5) == 16 * 5
     assert bam.build(target, batch_size=4, lam_scale=0.5).step_size(9, 5) == 0.5 * 4 * 5 / 10
     assert bam.build(target, schedule="constant").step_size(99, 5) == 16 * 5
@@ -199,7 +185,7 @@ def test_a_nan_score_is_rejected_until_patience_runs_out(covariance):
 
 
 def test_an_indefinite_covariance_is_rejected(monkeypatch):
-    target, _, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     alg = bam.build(target)
     monkeypatch.setattr(bam, "match_cov", lambda u, v: -v)  # forced: no Cholesky factor
     state = alg.init(torch.zeros(5, dtype=F64), generator=torch.Generator().manual_seed(0))
@@ -227,7 +213,7 @@ def test_diag_bam_runs_on_a_network(blr):
 
 @pytest.mark.parametrize("covariance", ["full", "lowrank", "diag"])
 def test_state_round_trips_through_a_checkpoint_and_step_is_pure(covariance):
-    target, _, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     alg = bam.build(target, covariance=covariance)
     state, _ = run(alg, 3, torch.zeros(5, dtype=F64))
     template = alg.init(torch.ones(5, dtype=F64), generator=torch.Generator().manual_seed(5))
@@ -250,6 +236,6 @@ def test_state_round_trips_through_a_checkpoint_and_step_is_pure(covariance):
      ({"schedule": "cosine"}, "schedule"), ({"patience": 0}, "patience")],
 )
 def test_build_rejects_bad_hyperparameters(kwargs, match):
-    target, _, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     with pytest.raises(ValueError, match=match):
         bam.build(target, **kwargs)

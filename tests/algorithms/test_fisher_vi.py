@@ -3,6 +3,7 @@ matches finite differences through a network, honest failure on divergence, chec
 
 import pytest
 import torch
+from gaussian_targets import diag_gaussian
 from torch import nn
 
 import bdlkit
@@ -13,14 +14,6 @@ from bdlkit.serialization import state_from_tensors, state_to_tensors
 from bdlkit.tree import all_finite, tree_leaves, tree_map
 
 F64 = torch.float64
-
-
-def diag_gaussian(std: torch.Tensor, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    mean = torch.randn(len(std), generator=g, dtype=F64) * std
-    target = bdlkit.Target(lambda th: -0.5 * (((th - mean) / std) ** 2).sum(-1), dim=len(std),
-                           dtype=F64)
-    return target, mean
 
 
 def tiny_mlp_problem(num_data: int = 20):

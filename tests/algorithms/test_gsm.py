@@ -4,6 +4,8 @@ checkpointable states (``algorithms.md`` B.8.2, Part E check 4)."""
 
 import pytest
 import torch
+from gaussian_targets import correlated_gaussian
+from gaussian_targets import diag_gaussian as diag_gaussian_target
 
 import bdlkit
 from bdlkit import rng
@@ -15,29 +17,6 @@ from bdlkit.serialization import state_from_tensors, state_to_tensors
 from bdlkit.tree import tree_leaves
 
 F64 = torch.float64
-
-
-def correlated_gaussian(d: int = 5, seed: int = 1):
-    """N(m, Σ*) with Σ* = AAᵀ + 0.5 I (Part E)."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(d, d, generator=g, dtype=F64)
-    cov = a @ a.T + 0.5 * torch.eye(d, dtype=F64)
-    prec = torch.linalg.inv(cov)
-    mean = torch.randn(d, generator=g, dtype=F64)
-
-    def log_prob(th):
-        z = th - mean
-        return -0.5 * ((z @ prec) * z).sum(-1)
-
-    return bdlkit.Target(log_prob, dim=d, dtype=F64), mean, cov
-
-
-def diag_gaussian_target(d: int = 6, seed: int = 0):
-    std = torch.logspace(-1, 1, d, dtype=F64)
-    mean = torch.randn(d, generator=torch.Generator().manual_seed(seed), dtype=F64) * std
-    target = bdlkit.Target(lambda th: -0.5 * (((th - mean) / std) ** 2).sum(-1), dim=d,
-                           dtype=F64)
-    return target, mean, std
 
 
 def banana(d: int = 4):
@@ -90,7 +69,7 @@ def test_full_update_equals_the_per_sample_formula_averaged():
 
 
 def test_one_full_step_matches_the_target_score_at_its_draw():
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     alg = gsm.build(target, batch_size=1)
     state = alg.init(torch.zeros(5, dtype=F64), generator=torch.Generator().manual_seed(0))
     x = full_gaussian.sample(state.lam, 1, rng.from_state(state.rng_state))  # the step's draw
@@ -113,7 +92,7 @@ def test_one_diag_step_matches_the_score_per_coordinate_on_any_target():
 
 
 def test_full_gsm_recovers_a_correlated_gaussian():
-    target, mean, cov = correlated_gaussian()
+    target, mean, cov, _ = correlated_gaussian()
     alg = gsm.build(target)  # B = 2
     state, info = run(alg, 150, torch.zeros(5, dtype=F64))
     q = alg.approximation(state)
@@ -127,7 +106,8 @@ def test_full_gsm_recovers_a_correlated_gaussian():
 
 
 def test_diag_gsm_recovers_a_diagonal_gaussian():
-    target, mean, std = diag_gaussian_target()
+    std = torch.logspace(-1, 1, 6, dtype=F64)
+    target, mean = diag_gaussian_target(std)
     alg = gsm.build(target, covariance="diag")
     state, _ = run(alg, 80, torch.zeros(6, dtype=F64))
     q = alg.approximation(state)
@@ -180,7 +160,7 @@ def test_patience_rejections_in_a_row_mean_numerical_failure(covariance):
 
 def test_an_indefinite_covariance_is_rejected(monkeypatch):
     """A Σ' without a Cholesky factor (forced) is rejected, not raised."""
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     alg = gsm.build(target)
 
     def indefinite(mean, cov, thetas, scores):
@@ -212,7 +192,7 @@ def test_diag_gsm_runs_on_a_network(blr):
 
 @pytest.mark.parametrize("covariance", ["full", "diag"])
 def test_state_round_trips_through_a_checkpoint_and_step_is_pure(covariance):
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     alg = gsm.build(target, covariance=covariance)
     state, _ = run(alg, 3, torch.zeros(5, dtype=F64))
     template = alg.init(torch.ones(5, dtype=F64), generator=torch.Generator().manual_seed(5))
@@ -228,7 +208,7 @@ def test_state_round_trips_through_a_checkpoint_and_step_is_pure(covariance):
 
 
 def test_init_warm_starts_and_checks_the_starting_point():
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     gen = torch.Generator().manual_seed(0)
     alg = gsm.build(target, init_std=0.5)
     state = alg.init(generator=gen)  # the problem's random start, in its dtype
@@ -251,7 +231,7 @@ def test_init_warm_starts_and_checks_the_starting_point():
      ({"init_std": float("inf")}, "init_std"), ({"patience": 0}, "patience")],
 )
 def test_build_rejects_bad_hyperparameters(kwargs, match):
-    target, _, _ = correlated_gaussian()
+    target, *_ = correlated_gaussian()
     with pytest.raises(ValueError, match=match):
         gsm.build(target, **kwargs)
 
@@ -259,7 +239,7 @@ def test_build_rejects_bad_hyperparameters(kwargs, match):
 @pytest.mark.parametrize("method,hyper", [("gsm", {}), ("bam", {"covariance": "lowrank"}),
                                           ("gsm", {"covariance": "diag"})])
 def test_infer_runs_the_projection_methods_and_samples_their_approximation(method, hyper):
-    target, mean, cov = correlated_gaussian(d=3)
+    target, mean, cov, _ = correlated_gaussian(d=3)
     res = bdlkit.infer(target, method, steps=150, seed=0, **hyper)
     q = res.algorithm.approximation(res.state)
     draws = res.sample(40_000)
