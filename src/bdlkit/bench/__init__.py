@@ -13,7 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import diagnostics_speed, digits, efficiency, runner_overhead, score_vi_study, synthetic
+from . import (
+    diagnostics_speed,
+    digits,
+    efficiency,
+    posteriordb,
+    runner_overhead,
+    score_vi_study,
+    synthetic,
+)
 
 Suite = Callable[..., list[dict[str, Any]]]
 
@@ -24,6 +32,7 @@ SUITES: dict[str, Suite] = {
     "score-vi-study": score_vi_study.run,
     "efficiency": efficiency.run,
     "synthetic": synthetic.run,
+    "posteriordb": posteriordb.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -32,6 +41,7 @@ DESCRIPTIONS: dict[str, str] = {
     "score-vi-study": score_vi_study.DESCRIPTION,
     "efficiency": efficiency.DESCRIPTION,
     "synthetic": synthetic.DESCRIPTION,
+    "posteriordb": posteriordb.DESCRIPTION,
 }
 
 
