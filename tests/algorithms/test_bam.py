@@ -239,3 +239,17 @@ def test_build_rejects_bad_hyperparameters(kwargs, match):
     target, *_ = correlated_gaussian()
     with pytest.raises(ValueError, match=match):
         bam.build(target, **kwargs)
+
+
+def test_an_eigendecomposition_that_does_not_converge_is_a_rejected_update(monkeypatch):
+    target, *_ = correlated_gaussian()
+    alg = bam.build(target, batch_size=8)
+    state = alg.init(generator=torch.Generator().manual_seed(0))
+
+    def no_convergence(m):
+        raise torch.linalg.LinAlgError("linalg.eigh: The algorithm failed to converge")
+
+    monkeypatch.setattr(torch.linalg, "eigh", no_convergence)
+    new, info = alg.step(state, None)
+    assert info["accepted"] == 0 and new.rejected == 1
+    assert torch.equal(new.lam.mean, state.lam.mean)

@@ -5,7 +5,7 @@ import math
 import torch
 
 import bdlkit
-from bdlkit.bench.laplace_start import find_mode, laplace_start, standardized, start_errors
+from bdlkit.bench.laplace_start import find_mode, laplace_start, standardized
 from bdlkit.problems import Reference
 
 F64 = torch.float64
@@ -45,8 +45,6 @@ def test_standardized_target_is_the_same_density_in_new_coordinates():
     assert torch.allclose(z_target.log_prob(z),
                           target.log_prob(theta) + start.scale.log().sum(), atol=1e-10)
     assert torch.allclose(z_target.reference.draws, start.to_z(target.reference.draws))
-    errs = start_errors(start, target.reference.draws.mean(0), target.reference.draws.std(0))
-    assert errs["max_mean_error_sd"] < 0.2 and errs["std_ratio_max"] <= 1.1
 
 
 def test_a_flat_direction_keeps_scale_one():
@@ -55,3 +53,17 @@ def test_a_flat_direction_keeps_scale_one():
     start = laplace_start(target)
     assert start.scale[1] == 1.0 and math.isclose(float(start.scale[0]), 1.0, rel_tol=1e-9)
     assert "1 coordinates without positive curvature" in start.message
+
+
+def test_a_failing_or_useless_mode_search_falls_back_to_the_origin():
+    def broken(x):
+        raise RuntimeError("log density not differentiable here")
+
+    start = laplace_start(bdlkit.Target(broken, 2, dtype=F64))
+    assert start.message.startswith("fell back to N(0, I): RuntimeError")
+    assert torch.equal(start.shift, torch.zeros(2, dtype=F64))
+    assert torch.equal(start.scale, torch.ones(2, dtype=F64))
+    # an unbounded density: L-BFGS runs off, the "mode" is not kept unless it is finite
+    # and no worse than the origin
+    unbounded = laplace_start(bdlkit.Target(lambda x: (x**2).sum(-1), 2, dtype=F64))
+    assert bool(torch.isfinite(unbounded.shift).all() and torch.isfinite(unbounded.scale).all())

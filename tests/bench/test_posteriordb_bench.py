@@ -87,9 +87,11 @@ def test_evaluate_on_a_user_target():
 
 
 def test_evaluate_from_zero_and_a_bad_start():
-    recs = posteriordb.evaluate(gaussian_target(), methods=["bam_full"], budget=320,
+    # q₀ = N(0, I) is 2 reference stds off; the methods must move the mean there
+    recs = posteriordb.evaluate(gaussian_target(), methods=["bam_full", "advi"], budget=1200,
                                 time_limit=30.0, num_points=3, start="zero")
-    assert [r["method"] for r in recs] == ["bam_full"] and recs[0]["max_mean_error_sd"] < 0.05
+    assert [r["method"] for r in recs] == ["bam_full", "advi"]
+    assert recs[0]["max_mean_error_sd"] < 0.05 and recs[1]["max_mean_error_sd"] < 0.2
     with pytest.raises(ValueError, match="start must be one of"):
         posteriordb.evaluate(gaussian_target(), methods=["advi"], start="map")
 

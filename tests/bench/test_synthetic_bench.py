@@ -107,19 +107,42 @@ def test_claims_read_the_summary():
                 "excess_kl": excess, "evals_to_tau": evals, "status": status}
 
     summary = [row("well-d10", "advi", 0.01, 800.0), row("well-d10", "score_vi", 0.01, 400.0),
-               row("well-d10", "score_vi_cf", 0.01, math.inf),
+               row("well-d10", "score_vi_cf", 0.01, 820.0),
                row("tiny_init-d10", "advi", 5.0, math.inf),
                row("tiny_init-d10", "score_vi", 0.01, 400.0),
+               row("tiny_init-d10", "score_vi_cf", 0.01, math.inf, "timeout"),
                row("well-d100", "bam_full", 0.0, 10.0, "timeout"),
                row("well-d10", "bam_full", 0.0, 10.0)]
-    _, faster = synthetic_report.claim_faster(summary)
-    assert "ADVI in 2 of 2" in faster and "score_vi_cf (closed-form argmin) in 0 of 2" in faster
+    table, faster = synthetic_report.claim_faster(summary)
+    assert "score_vi against ADVI over 2 Gaussian settings: 2 faster, 0 tied" in faster
+    assert "score_vi_cf against ADVI over 2 Gaussian settings: 0 faster, 2 tied" in faster
+    assert [t["score_vi_cf vs advi"] for t in table] == ["tie", "tie"]  # 820 vs 800; ∞ vs ∞
     table, tiny = synthetic_report.claim_tiny_init(summary)
-    assert "robust at every d: score_vi" in tiny and "not robust somewhere: advi" in tiny
-    table, high = synthetic_report.claim_high_dim(summary)
+    assert "robust at every d: score_vi;" in tiny and "not robust at some d: advi" in tiny
+    assert "inconclusive elsewhere (timeouts): score_vi_cf" in tiny
+    records = [{"group": "well", "row": "bam_full", "dim": 100, "status": "timeout",
+                "message": "40 of 625 steps in 30 s"},
+               {"group": "well", "row": "bam_full", "dim": 1000, "status": "timeout",
+                "message": "skipped: one step predicted to take 99 s > 30 s"},
+               {"group": "well", "row": "bam_full", "dim": 10, "status": "diverged",
+                "message": "NaN"}]
+    table, high = synthetic_report.claim_high_dim(summary, records)
     bam = next(t for t in table if t["method"] == "bam_full" and t["target"] == "well")
-    assert bam["largest_d_ok"] == 10 and bam["first_failure"] == "d=100: timeout"
-    assert "GSM/BaM rows among them: bam_full" in high and "numerical (not time" in high
+    assert bam["largest_d_ok"] == 10
+    assert bam["failures (all grid points)"] == (
+        "d=100: time ×1; d=1000: not run (predicted too slow) ×1; d=10: numerical ×1")
+    assert "GSM/BaM rows with failures: bam_full" in high
+    assert "numerical failures (diverged or stuck, not time or memory): bam_full" in high
+
+
+def test_evals_to_tau_interpolates_between_curve_points():
+    rec = {"curve": [{"score_evals": 0, "excess_kl": 100.0},
+                     {"score_evals": 10, "excess_kl": 10.0},
+                     {"score_evals": 1000, "excess_kl": 0.1}]}
+    # log-log line through (10, 10) and (1000, 0.1): excess 1 at 100 evaluations
+    assert math.isclose(synthetic_report._evals_to(rec, 1.0), 100.0, rel_tol=1e-12)
+    assert synthetic_report._evals_to(rec, 1e-3) == math.inf
+    assert synthetic_report._evals_to(rec, 200.0) == 0.0
 
 
 def test_step_times_skip_a_predicted_overrun_of_the_first_step():

@@ -115,3 +115,23 @@ def test_select_best_uses_the_median_and_ignores_failed_grid_points():
     ("bam", {"batch_size": 5}, 5)])
 def test_scores_per_step(method, hyper, per_step):
     assert vi_runs.scores_per_step(method, hyper) == per_step
+
+
+def test_tune_then_repeat_chooses_once_on_the_first_seed():
+    calls = []
+
+    def run_one(hyper, seed):
+        calls.append((hyper["x"], seed))
+        # seed 0 prefers x=2; seed 1 of the chosen point fails, which must not change the pick
+        value = {1: 3.0, 2: 1.0, 3: 2.0}[hyper["x"]]
+        status = "diverged" if seed == 1 else "ok"
+        return {"hyper": vi_runs.describe(hyper), "seed": seed, "status": status,
+                "final": {"kl": value}}
+
+    runs = vi_runs.tune_then_repeat([{"x": 1}, {"x": 2}, {"x": 3}], (0, 1, 2), run_one, "kl")
+    assert calls == [(1, 0), (2, 0), (3, 0), (2, 1), (2, 2)]
+    assert [r["selected"] for r in runs] == [False, True, False, True, True]
+    none = vi_runs.tune_then_repeat(
+        [{"x": 1}], (0, 1), lambda h, s: {"hyper": "x=1", "seed": s, "status": "error",
+                                          "final": {}}, "kl")
+    assert len(none) == 1 and none[0]["selected"] is False

@@ -29,7 +29,9 @@ Q = [√(λ/B)(g_b − ḡ) for b = 1..B, √(λ/(1+λ))·ḡ] (no truncated SVD
 
     Σ_{t+1} = V − A·(½I + (QᵀVQ + ¼I)^{1/2})⁻²·Aᵀ,      A = VQ
 
-with an (B+1) × (B+1) eigendecomposition: O(d²B + B³) besides forming V (still d × d).
+with an (B+1) × (B+1) eigendecomposition instead of a d × d one: O(d²B + B³), plus the
+d × d matrix V and the O(d³/3) Cholesky factorisation of Σ_{t+1} that every full update
+pays (positive-definiteness check and sampling).
 It is the same Σ_{t+1} as the full form (to roundoff).
 
 **Diagonal** (``covariance="diag"``, any pytree). The weighted norm and the KL separate per
@@ -84,10 +86,14 @@ def _sym(m: Tensor) -> Tensor:
 
 def _psd_eigh(m: Tensor) -> tuple[Tensor, Tensor] | None:
     """Eigendecomposition of the symmetric PSD (in exact arithmetic) ``m``; eigenvalues
-    below zero by roundoff are set to 0, clearly negative ones or NaN give ``None``."""
+    below zero by roundoff are set to 0; clearly negative ones, NaN or a failed
+    decomposition give ``None``."""
     if not bool(torch.isfinite(m).all()):
         return None
-    w, q = torch.linalg.eigh(_sym(m))
+    try:
+        w, q = torch.linalg.eigh(_sym(m))
+    except torch.linalg.LinAlgError:  # no convergence (there is no eigh_ex): reject
+        return None
     tol = 8 * m.shape[0] * torch.finfo(m.dtype).eps * float(w.abs().max())
     if not bool(torch.isfinite(w).all()) or float(w.min()) < -tol:
         return None

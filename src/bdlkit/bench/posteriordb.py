@@ -2,10 +2,12 @@
 
 For each posterior with reference draws (six of the seven shipped: ``wells_data`` has
 none and is skipped) and each row of :data:`bdlkit.bench.vi_methods.SPECS`, every point of
-the row's equal-size tuning grid is run on every seed (``run_vi``: a budget of score
-evaluations, a wall-clock limit per run, q₀ = N(0, σ₀² I) with σ₀ = 1). Per row the grid
-point with the lowest median final **negative ELBO** is selected (no reference used);
-its numbers are reported, medians over seeds.
+the row's equal-size tuning grid runs on the first seed (``run_vi``: a budget of score
+evaluations, a wall-clock limit per run); the point with the lowest final **negative
+ELBO** (no reference used) is repeated on the other seeds and reported, medians over
+seeds. Every method starts from the same q₀: by default the diagonal Laplace approximation
+at the mode (:mod:`bdlkit.bench.laplace_start`; its own errors are the row ``start``),
+or N(0, I) with ``start="zero"``.
 
 Everything is measured on the **unconstrained** space R^d, where the Gaussian families
 live, against the mean m and std s of the unconstrained reference draws:
@@ -39,7 +41,7 @@ from ..problems import Target
 from . import vi_methods
 from .common import machine_info, prepare_bench_out
 from .laplace_start import LaplaceStart, laplace_start, standardized
-from .vi_runs import FAILED, Measure, describe, run_vi, select_best, summarize_status
+from .vi_runs import FAILED, Measure, run_vi, summarize_status, tune_then_repeat
 
 DESCRIPTION = ("every VI method on the six posteriordb posteriors with reference draws: "
                "mean error in reference stds, std ratios, runtime, status")
@@ -183,29 +185,28 @@ def _evaluate_row(target: Target, label: str, name: str, ref_mean: Tensor, ref_s
     """The whole grid of row ``label`` on the first seed, then the selected grid point
     (lowest negative ELBO) on the other seeds; the record of the selected point."""
     init_mean = torch.zeros(target.dim, dtype=target.dtype)
-    spec, runs = vi_methods.SPECS[label], []
-    for i, seed in enumerate(seeds):
-        grid = vi_methods.configs(label, init_std, budget)
-        if i > 0:
-            best = select_best(runs, CRITERION)
-            grid = [h for h in grid if best is not None and describe(h) == best["hyper"]]
-        for hyper in grid:
-            measure, last = make_measure(target, ref_mean, ref_std, eps, start)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                r = run_vi(target, spec.method, hyper, measure=measure, budget=budget,
-                           init_mean=init_mean, time_limit=time_limit, seed=seed,
-                           num_points=num_points)
-            r.update(last, warnings=len(caught))
-            if caught and not r["message"]:
-                r["message"] = str(caught[-1].message).splitlines()[0][:300]
-            runs.append(r)
+    spec = vi_methods.SPECS[label]
+
+    def run_one(hyper: dict[str, Any], seed: int) -> dict[str, Any]:
+        measure, last = make_measure(target, ref_mean, ref_std, eps, start)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = run_vi(target, spec.method, hyper, measure=measure, budget=budget,
+                       init_mean=init_mean, time_limit=time_limit, seed=seed,
+                       num_points=num_points)
+        r.update(last, warnings=len(caught))
+        if caught and not r["message"]:
+            r["message"] = str(caught[-1].message).splitlines()[0][:300]
+        return r
+
+    runs = tune_then_repeat(vi_methods.configs(label, init_std, budget), seeds, run_one,
+                            CRITERION)
     return _record(name, label, runs)
 
 
 def _record(posterior: str, label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Selection on the first seed (where the whole grid ran); medians over its seeds."""
-    best = select_best([r for r in runs if r["seed"] == runs[0]["seed"]], CRITERION)
+    """The selected point's record (medians over its seeds) with a summary of the grid."""
+    sel = [r for r in runs if r["selected"]]
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault(r["hyper"], []).append(r)
@@ -213,14 +214,13 @@ def _record(posterior: str, label: str, runs: list[dict[str, Any]]) -> dict[str,
              **{k: _median(g, k) for k in METRICS}, "message": _message(g)}
             for h, g in groups.items()]
     rec: dict[str, Any] = {"posterior": posterior, "method": label}
-    if best is None:
+    if not sel:
         failed = Counter(r["status"] for r in runs if r["status"] in FAILED)
         rec.update(hyper=None, **dict.fromkeys(METRICS, math.nan),
                    seconds=_median(runs, "seconds"), status=failed.most_common(1)[0][0],
                    message=_message(runs), grid=grid, runs=[])
         return rec
-    sel = [r for r in runs if r["hyper"] == best["hyper"]]
-    rec.update(hyper=best["hyper"], **{k: _median(sel, k) for k in METRICS},
+    rec.update(hyper=sel[0]["hyper"], **{k: _median(sel, k) for k in METRICS},
                seconds=_median(sel, "seconds"), status=_status(sel), message=_message(sel),
                grid=grid, runs=[{k: v for k, v in r.items() if k != "traceback"} for r in sel])
     return rec
@@ -336,12 +336,11 @@ def report(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "< 1), and its first-order optimisation from q₀ is slow on ill-conditioned ones.",
         "score_vi (gradient solver, K = 1) has the iterates of advi (B.3): equal rows are "
         "expected.",
-        "Why the Laplace start (bdlkit.bench.laplace_start): from q₀ = N(0, I) the first "
-        "quick run (budget 8000) got score_vi and advi within 0.2 reference stds on only 2 "
-        "of 6 posteriors (eight_schools 0.05, arK 0.17; sblrc 677, kidiq 40, diamonds 3210, "
-        "low_dim_gauss_mix 159): with unconstrained scales from 1e-3 to 10 and modes tens of "
-        "units away, one Adam learning rate cannot serve every coordinate. The `start` row "
-        "shows what q₀ alone gets; the VI rows show what the methods add to it.",
+        "Why the Laplace start (bdlkit.bench.laplace_start, docs/gotchas.md): from "
+        "q₀ = N(0, I) (`evaluate(..., start='zero')`) the Adam-based rows stall on the "
+        "ill-conditioned posteriors, whose unconstrained scales run from 1e-3 to 10 with "
+        "modes tens of units away. The `start` row shows what q₀ alone gets; the VI rows "
+        "show what the methods add to it.",
     ]
     if meta["skipped"]:
         notes.append("Skipped: " + "; ".join(f"{k} ({v})" for k, v in meta["skipped"].items()))

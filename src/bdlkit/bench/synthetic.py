@@ -16,8 +16,8 @@ costs O(100 d)) and d = 100 for the mixtures. Rows and their equal-size tuning g
 :mod:`bdlkit.bench.vi_methods`. Every run gets the same budget of score evaluations and a
 wall-clock limit (:mod:`bdlkit.bench.vi_runs`); the whole grid runs on the first seed and
 the selected point (lowest final KL) on the others. Settings run in order of dimension, so
-a full-covariance row whose first step at a larger d is predicted (∝ d³ from its measured
-step time) to exceed the limit is skipped and recorded as ``timeout`` with the prediction.
+a full-covariance row whose single step at a larger d is predicted (∝ d³ from its mean
+step time at the largest d measured) to exceed the limit is skipped and recorded as ``timeout`` with the prediction.
 Problems up to d = 100 run on one thread (faster than two for such small matrices).
 
 Measured along each run: KL(q‖p) (closed form for Gaussians; Monte Carlo with 2 000
@@ -42,7 +42,7 @@ from ..data import synthetic
 from . import synthetic_report
 from .common import machine_info, prepare_bench_out
 from .vi_methods import FULL_COVARIANCE, SPECS, configs
-from .vi_runs import describe, run_vi, select_best
+from .vi_runs import describe, run_vi, tune_then_repeat
 
 DESCRIPTION = "score_vi vs ADVI, GSM, BaM on Gaussian/mixture targets: KL vs score evals"
 ROWS = ("score_vi", "score_vi_cf", "advi", "gsm_full", "gsm_diag", "bam_full", "bam_lowrank",
@@ -146,23 +146,24 @@ def make_measure(target: synthetic.SyntheticTarget, label: str
     def measure_mc(mean: Tensor, cov: Tensor) -> dict[str, float]:
         if cov.ndim == 1:
             if not bool((cov > 0).all()):
-                return {"kl": math.nan, "excess_kl": math.nan, **errors(mean, cov)}
+                return {"kl": math.nan, **errors(mean, cov)}
             theta, log_q = mean + eps * cov.sqrt(), -0.5 * cov.log().sum()
         else:
             chol, info = torch.linalg.cholesky_ex(cov)
             if int(info) != 0:
-                return {"kl": math.nan, "excess_kl": math.nan, **errors(mean, cov)}
+                return {"kl": math.nan, **errors(mean, cov)}
             theta, log_q = mean + eps @ chol.T, -chol.diagonal().log().sum()
         log_q = log_q - 0.5 * (eps * eps).sum(-1) - 0.5 * target.dim * math.log(2 * math.pi)
         kl = float((log_q - target.log_prob(theta)).mean())
-        return {"kl": kl, "excess_kl": kl, **errors(mean, cov)}
+        return {"kl": kl, **errors(mean, cov)}
     return measure_mc
 
 
 class StepTimes:
     """Seconds per step of each full-covariance row at the largest d measured so far, to
-    skip a run whose *first step* would already exceed the time limit (cost ∝ d³: the
-    Cholesky factorisation of GSM, the eigendecomposition of BaM)."""
+    skip a run of which one step (predicted from the mean step time) would already exceed
+    the time limit (cost ∝ d³: the Cholesky factorisation of GSM, the eigendecomposition of
+    BaM)."""
 
     def __init__(self) -> None:
         self.seen: dict[str, tuple[int, float]] = {}
@@ -185,37 +186,30 @@ class StepTimes:
 
 def run_setting(setting: Setting, p: Plan, rows: tuple[str, ...], times: StepTimes,
                 echo: bool) -> list[dict[str, Any]]:
-    """Every row on one setting: the whole tuning grid on the first seed, then the
-    selected grid point (lowest final KL) on the other seeds."""
+    """Every row on one setting, by :func:`~bdlkit.bench.vi_runs.tune_then_repeat`: the whole
+    grid on the first seed, the selected point (lowest final KL) on the others."""
     records: list[dict[str, Any]] = []
+    targets = {seed: make_target(setting, seed) for seed in p.seeds}
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if setting.dim <= SINGLE_THREAD_MAX_DIM else threads)
+
+    def run_one(label: str) -> Callable[[dict[str, Any], int], dict[str, Any]]:
+        def go(hyper: dict[str, Any], seed: int) -> dict[str, Any]:
+            rec = _one_run(targets[seed], setting, label, hyper, seed, p, times)
+            if echo:
+                f = rec["final"]
+                print(f"  {setting.name:16s} {label:12s} seed {seed} {rec['hyper'][:40]:40s} "
+                      f"{rec['status']:17s} KL {f.get('kl', math.nan):.4g}  "
+                      f"{rec['seconds']:.1f}s", flush=True)
+            return rec
+        return go
+
     try:
-        for i, seed in enumerate(p.seeds):
-            target = make_target(setting, seed)
-            for label in rows:
-                grid = configs(label, setting.init_std, p.budget)
-                if i > 0:
-                    best = select_best([r for r in records if r["row"] == label], "kl")
-                    grid = [h for h in grid if best and describe(h) == best["hyper"]]
-                for hyper in grid:
-                    rec = _one_run(target, setting, label, hyper, seed, p, times)
-                    records.append(rec)
-                    if echo:
-                        f = rec["final"]
-                        print(f"  {setting.name:16s} {label:12s} seed {seed} "
-                              f"{rec['hyper'][:40]:40s} {rec['status']:17s} excess KL "
-                              f"{f.get('excess_kl', math.nan):.4g}  {rec['seconds']:.1f}s",
-                              flush=True)
-            del target
+        for label in rows:
+            records += tune_then_repeat(configs(label, setting.init_std, p.budget), p.seeds,
+                                        run_one(label), "kl")
     finally:
         torch.set_num_threads(threads)
-    for label in rows:
-        first = [r for r in records if r["row"] == label and r["seed"] == p.seeds[0]]
-        best = select_best(first, "kl")
-        for r in records:
-            if r["row"] == label:
-                r["selected"] = best is not None and r["hyper"] == best["hyper"]
     return records
 
 

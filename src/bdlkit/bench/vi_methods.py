@@ -1,9 +1,10 @@
 """The VI methods of the ``synthetic`` and ``posteriordb`` suites and their tuning grids.
 
 Every method gets a grid of the **same size** (three points) over its most sensitive
-setting, everything else fixed; the suites run every grid point and report, per method,
-the point with the lowest median final negative ELBO (a criterion that needs no
-reference). The methods start from the same q₀ = N(μ₀, σ₀² I), set by the suite.
+setting, everything else fixed. The suites run every grid point on the first seed, pick
+per method the point with the lowest final negative ELBO (a criterion that needs no
+reference) and repeat it on the other seeds (:func:`bdlkit.bench.vi_runs.tune_then_repeat`).
+The methods start from the same q₀, set by the suite.
 
 =============  ==================================================  ======================
 row            fixed                                               grid
@@ -17,7 +18,8 @@ fisher_vi      reparameterised Fisher divergence, Adam, 4 draws    lr as score_v
 gsm_full       full Σ, exact scores                                batch 2, 8, 32
 gsm_diag       per-coordinate GSM                                  batch 2, 8, 32
 bam_full       full Σ, batch 16, λ_t = c·B·d/(t+1)                 c 0.1, 1, 10
-bam_lowrank    as bam_full, rank-(B+1) U (O(d²B), no d³)           c 0.1, 1, 10
+bam_lowrank    as bam_full, rank-(B+1) U (no d × d eigh; the       c 0.1, 1, 10
+               d³/3 Cholesky remains; same iterates as bam_full)
 bam_diag       per-coordinate BaM, batch 16                        c 0.1, 1, 10
 =============  ==================================================  ======================
 

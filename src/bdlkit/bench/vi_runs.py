@@ -17,9 +17,10 @@ the approximation at about ``num_points`` log-spaced steps. Whatever goes wrong 
 ``error``             any other exception (its message is kept)
 ====================  =========================================================
 
-Time counts only ``step`` calls, not the measurements. ``select_best`` implements the
-equal-size tuning grid: per method, the grid point whose median final criterion (the
-negative ELBO, computable without a reference) is lowest among runs that did not fail.
+Time counts only ``step`` calls, not the measurements. ``tune_then_repeat`` implements the
+equal-size tuning grid: per method, every grid point on the first seed, the one whose final
+criterion (the negative ELBO or KL) is lowest among runs that did not fail, then that point
+on the remaining seeds.
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ FAILED = ("diverged", "numerical_failure", "out_of_memory", "error")
 
 
 def select_best(runs: Sequence[dict[str, Any]], criterion: str) -> dict[str, Any] | None:
-    """The grid point (``hyper``) whose runs have the lowest median final ``criterion``.
+    """The grid point (``hyper``) whose runs have the lowest median final ``criterion``
+    (with one run per point, as in :func:`tune_then_repeat`, simply the lowest).
 
     Runs that failed (``FAILED``) do not compete; a timed-out run competes with the value
     it reached. Returns ``{"hyper", "runs"}`` or ``None`` when every run failed.
@@ -198,6 +200,22 @@ def select_best(runs: Sequence[dict[str, Any]], criterion: str) -> dict[str, Any
     return best
 
 
+def tune_then_repeat(grid: Sequence[dict[str, Any]], seeds: Sequence[int],
+                     run_one: Callable[[dict[str, Any], int], dict[str, Any]],
+                     criterion: str) -> list[dict[str, Any]]:
+    """The equal-size tuning protocol: every grid point on ``seeds[0]``, the point with the
+    lowest final ``criterion`` (:func:`select_best`) chosen once, then repeated on the other
+    seeds. Every run gets ``selected`` (True for the chosen point's runs)."""
+    runs = [run_one(hyper, seeds[0]) for hyper in grid]
+    best = select_best(runs, criterion)
+    if best is not None:
+        chosen = next(h for h in grid if describe(h) == best["hyper"])
+        runs += [run_one(chosen, seed) for seed in seeds[1:]]
+    for r in runs:
+        r["selected"] = best is not None and r["hyper"] == best["hyper"]
+    return runs
+
+
 def summarize_status(runs: Sequence[dict[str, Any]]) -> str:
     """``"ok"`` if every run is ok, else the counts, e.g. ``"timeout×2, ok×1"``."""
     counts: dict[str, int] = {}
@@ -210,5 +228,5 @@ def summarize_status(runs: Sequence[dict[str, Any]]) -> str:
 
 __all__ = [
     "FAILED", "Annealed", "MethodSpec", "describe", "log_points", "moments", "run_vi",
-    "scores_per_step", "select_best", "summarize_status",
+    "scores_per_step", "select_best", "summarize_status", "tune_then_repeat",
 ]
