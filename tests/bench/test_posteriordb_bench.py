@@ -117,5 +117,6 @@ def test_run_writes_records_and_report(tmp_path):
     assert set(result["skipped"]) == {"no_ref", "wells_data-wells_dist"}
     assert result["records"][1]["runs"][0]["curve"] and result["records"][0]["method"] == "start"
     text = (tmp_path / "report.md").read_text()
+    assert (tmp_path / "results.md").read_text() == text
     assert "| posterior | method |" in text and "score_vi: " in text
     assert "within 0.2 reference stds" in text and "wells_data" in text
