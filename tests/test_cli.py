@@ -412,6 +412,15 @@ def test_fit_method_help_shows_method_options(capsys):
     assert "--steps" in out and "--resume" in out
 
 
+@pytest.mark.parametrize("method", sorted(algorithms.METHODS))
+def test_every_method_has_a_fit_help_without_option_clashes(method, capsys):
+    # a method option named like a RunConfig option (e.g. batch_size) would crash argparse
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--method", method, "--help"])
+    assert info.value.code == 0
+    assert f"options of method '{method}'" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", [
     "fit", "evaluate", "bench", "list", "demo",
 ])

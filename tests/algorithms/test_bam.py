@@ -133,7 +133,7 @@ def test_diag_bam_on_a_correlated_target_is_not_mean_field():
     assert ((1 / var) / prec.diagonal()).min() >= 1 - 1e-12  # (ΛSΛ)_ii ≥ Λ_ii
     # the stochastic algorithm reaches the same fixed point up to Monte Carlo noise (B = 512,
     # λ_t = 20/(t+1): errors ≤ 0.025 over seeds 0-4)
-    alg = bam.build(target, batch_size=512, covariance="diag", schedule=lambda t: 20 / (t + 1))
+    alg = bam.build(target, num_samples=512, covariance="diag", schedule=lambda t: 20 / (t + 1))
     state, _ = run(alg, 200, torch.zeros(3, dtype=F64))
     q = alg.approximation(state)
     assert ((q.mean - mean).abs() / cov.diagonal().sqrt()).max() < 0.06
@@ -144,7 +144,7 @@ def test_diag_bam_on_a_correlated_target_is_not_mean_field():
 def test_step_size_schedules():
     target, *_ = correlated_gaussian()
     assert bam.build(target).step_size(0, 5) == 16 * 5
-    assert bam.build(target, batch_size=4, lam_scale=0.5).step_size(9, 5) == 0.5 * 4 * 5 / 10
+    assert bam.build(target, num_samples=4, lam_scale=0.5).step_size(9, 5) == 0.5 * 4 * 5 / 10
     assert bam.build(target, schedule="constant").step_size(99, 5) == 16 * 5
     seen = []
     alg = bam.build(target, schedule=lambda t: seen.append(t) or 100 / (t + 2))
@@ -168,7 +168,7 @@ def nan_on_calls(calls: set[int], d: int = 3):
 
 @pytest.mark.parametrize("covariance", ["full", "lowrank", "diag"])
 def test_a_nan_score_is_rejected_until_patience_runs_out(covariance):
-    alg = bam.build(nan_on_calls({1, 2, 3, 4}), batch_size=4, covariance=covariance,
+    alg = bam.build(nan_on_calls({1, 2, 3, 4}), num_samples=4, covariance=covariance,
                     patience=3)
     state = alg.init(torch.zeros(3, dtype=F64), generator=torch.Generator().manual_seed(0))
     state, info = alg.step(state, None)
@@ -203,7 +203,7 @@ def test_full_covariance_needs_a_target(blr, covariance):
 
 def test_diag_bam_runs_on_a_network(blr):
     model, (x, y), _, _ = blr
-    alg = bam.build(model, batch_size=4, covariance="diag", init_std=0.1)
+    alg = bam.build(model, num_samples=4, covariance="diag", init_std=0.1)
     state, info = run(alg, 5, None, batch=(x[:50], y[:50]))
     assert isinstance(alg.params(state), dict)
     assert state.rejected == 0 and info["accepted"] == 1.0
@@ -230,7 +230,7 @@ def test_state_round_trips_through_a_checkpoint_and_step_is_pure(covariance):
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"batch_size": 0}, "batch_size"), ({"batch_size": True}, "batch_size"),
+    [({"num_samples": 0}, "num_samples"), ({"num_samples": True}, "num_samples"),
      ({"covariance": "kron"}, "covariance"), ({"init_std": -1.0}, "init_std"),
      ({"lam_scale": 0.0}, "lam_scale"), ({"lam_scale": float("nan")}, "lam_scale"),
      ({"schedule": "cosine"}, "schedule"), ({"patience": 0}, "patience")],
@@ -243,7 +243,7 @@ def test_build_rejects_bad_hyperparameters(kwargs, match):
 
 def test_an_eigendecomposition_that_does_not_converge_is_a_rejected_update(monkeypatch):
     target, *_ = correlated_gaussian()
-    alg = bam.build(target, batch_size=8)
+    alg = bam.build(target, num_samples=8)
     state = alg.init(generator=torch.Generator().manual_seed(0))
 
     def no_convergence(m):

@@ -70,7 +70,7 @@ def test_full_update_equals_the_per_sample_formula_averaged():
 
 def test_one_full_step_matches_the_target_score_at_its_draw():
     target, *_ = correlated_gaussian()
-    alg = gsm.build(target, batch_size=1)
+    alg = gsm.build(target, num_samples=1)
     state = alg.init(torch.zeros(5, dtype=F64), generator=torch.Generator().manual_seed(0))
     x = full_gaussian.sample(state.lam, 1, rng.from_state(state.rng_state))  # the step's draw
     new, info = alg.step(state, None)
@@ -81,7 +81,7 @@ def test_one_full_step_matches_the_target_score_at_its_draw():
 def test_one_diag_step_matches_the_score_per_coordinate_on_any_target():
     """Diagonal GSM: −(x_i − μ'_i)/σ'_i² = g_i exactly, also on a non-Gaussian target."""
     target = banana()
-    alg = gsm.build(target, batch_size=1, covariance="diag")
+    alg = gsm.build(target, num_samples=1, covariance="diag")
     state = alg.init(torch.full((4,), 0.3, dtype=F64), generator=torch.Generator().manual_seed(2))
     for _ in range(3):
         x = diag_gaussian.sample(state.lam, 1, rng.from_state(state.rng_state))
@@ -226,7 +226,7 @@ def test_init_warm_starts_and_checks_the_starting_point():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"batch_size": 0}, "batch_size"), ({"batch_size": 1.5}, "batch_size"),
+    [({"num_samples": 0}, "num_samples"), ({"num_samples": 1.5}, "num_samples"),
      ({"covariance": "lowrank"}, "covariance"), ({"init_std": 0.0}, "init_std"),
      ({"init_std": float("inf")}, "init_std"), ({"patience": 0}, "patience")],
 )

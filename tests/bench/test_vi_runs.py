@@ -36,7 +36,7 @@ def run(target, method, hyper, mean, **kw):
 
 def test_ok_run_spends_the_budget_and_records_a_curve():
     target, mean = gaussian_target()
-    rec = run(target, "bam", {"covariance": "full", "batch_size": 8}, mean)
+    rec = run(target, "bam", {"covariance": "full", "num_samples": 8}, mean)
     assert rec["status"] == "ok" and rec["message"] == ""
     assert rec["steps"] == rec["planned_steps"] == 50 and rec["score_evals"] == 400
     steps = [p["step"] for p in rec["curve"]]
@@ -112,7 +112,7 @@ def test_select_best_uses_the_median_and_ignores_failed_grid_points():
 
 @pytest.mark.parametrize("method,hyper,per_step", [
     ("advi", {"num_samples": 4}, 4), ("score_vi", {}, 1), ("gsm", {}, 2), ("bam", {}, 16),
-    ("bam", {"batch_size": 5}, 5)])
+    ("bam", {"num_samples": 5}, 5)])
 def test_scores_per_step(method, hyper, per_step):
     assert vi_runs.scores_per_step(method, hyper) == per_step
 

@@ -61,7 +61,7 @@ class GaussianProjectionVI:
 
     patience: int = DEFAULT_PATIENCE
     problem: Problem
-    batch_size: int
+    num_samples: int
     covariance: str
     init_std: float
 
@@ -76,12 +76,12 @@ class GaussianProjectionVI:
 
     def draw(self, state: ProjectionState, batch: Batch
              ) -> tuple[torch.Generator, TensorTree, Tensor, TensorTree]:
-        """The step's generator, ``batch_size`` draws from q_t, their mean log density and
+        """The step's generator, ``num_samples`` draws from q_t, their mean log density and
         their (minibatch) scores."""
         lam = state.lam
         gen = rng.from_state(state.rng_state, device=device_of(lam))
         family = full_gaussian if isinstance(lam, FullGaussianParams) else diag_gaussian
-        thetas = family.sample(lam, self.batch_size, gen)
+        thetas = family.sample(lam, self.num_samples, gen)
         value, scores = minibatch_scores(self.problem, thetas, batch)
         return gen, thetas, value, scores
 
@@ -174,11 +174,11 @@ def init_lam(problem: Problem, covariance: str, init_std: float,
     return diag_gaussian.init(params, init_std)
 
 
-def check_hyper(problem: Problem, batch_size: int, covariance: str, choices: tuple[str, ...],
+def check_hyper(problem: Problem, num_samples: int, covariance: str, choices: tuple[str, ...],
                 init_std: float, patience: int) -> None:
     """Validate what GSM and BaM share; the full-covariance family needs a Target."""
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
     if covariance not in choices:
         raise ValueError(f"covariance must be one of {choices}, got {covariance!r}")
     if not init_std > 0 or not math.isfinite(init_std):

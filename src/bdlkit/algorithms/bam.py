@@ -1,7 +1,8 @@
 """BaM: batch and match VI (Cai et al., ICML 2024; ``algorithms.md`` B.8.3).
 
-Each step draws x_1..x_B ~ q_t = N(μ_t, Σ_t) with scores g_b = ∇log π(x_b) and moves q to
-the minimiser of the batch's covariance-weighted score mismatch plus (2/λ_t)·KL(q_t ‖ q).
+Each step draws B = ``num_samples`` points x_1..x_B ~ q_t = N(μ_t, Σ_t) with scores
+g_b = ∇log π(x_b) and moves q to the minimiser of the batch's covariance-weighted score
+mismatch plus (2/λ_t)·KL(q_t ‖ q).
 With moments normalised by **1/B** (the normalisation that makes this the exact batch argmin;
 not AdvancedVI's 1/(B−1))::
 
@@ -19,12 +20,14 @@ and::
     Σ_{t+1} = L·Q·diag(2/(1 + √(1 + 4w)))·QᵀLᵀ,      2/(1 + √(1 + 4w)) = (√(1 + 4w) − 1)/(2w)
 
 symmetric and positive definite by construction. GSM-VI's code computes the same matrix as
-2·solve((I + sqrtm(I + 4UV))ᵀ, Vᵀ) (mind the 2) and adds 1e-6·I jitter; bdlkit adds none. A failed Cholesky factorisation of V, a
+2·solve((I + sqrtm(I + 4UV))ᵀ, Vᵀ) (mind the 2) and adds 1e-6·I jitter; bdlkit adds none.
+A failed Cholesky factorisation of V, a
 NaN, or an eigenvalue w clearly below zero (U is PSD in exact arithmetic; only roundoff-level
 negatives are set to 0) rejects the update (:mod:`._gaussian_projection`).
 
 **Low rank** (``covariance="lowrank"``). U = QQᵀ exactly with the d × (B+1) factor
-Q = [√(λ/B)(g_b − ḡ) for b = 1..B, √(λ/(1+λ))·ḡ] (no truncated SVD needed). Since f(w) = 2/(1 + √(1 + 4w)) =
+Q = [√(λ/B)(g_b − ḡ) for b = 1..B, √(λ/(1+λ))·ḡ] (no truncated SVD needed). Since
+f(w) = 2/(1 + √(1 + 4w)) =
 1 − w·(½ + (w + ¼)^{1/2})⁻², pushing the function through W = (LᵀQ)(LᵀQ)ᵀ gives::
 
     Σ_{t+1} = V − A·(½I + (QᵀVQ + ¼I)^{1/2})⁻²·Aᵀ,      A = VQ
@@ -183,7 +186,7 @@ class BaM(GaussianProjectionVI):
     """Batch and match: proximal covariance-weighted score matching (module docstring)."""
 
     problem: Problem
-    batch_size: int = 16
+    num_samples: int = 16
     covariance: str = "full"
     lam_scale: float = 1.0
     schedule: str | Callable[[int], float] = "inverse"
@@ -199,7 +202,7 @@ class BaM(GaussianProjectionVI):
             if not lam > 0 or not math.isfinite(lam):
                 raise ValueError(f"schedule({t}) must be a finite number > 0, got {lam!r}")
             return lam
-        base = self.lam_scale * self.batch_size * d
+        base = self.lam_scale * self.num_samples * d
         return base / (t + 1) if self.schedule == "inverse" else base
 
     def update(self, lam_t: DiagGaussianParams | FullGaussianParams, thetas: TensorTree,
@@ -218,18 +221,18 @@ class BaM(GaussianProjectionVI):
 
 def build(
     problem: Problem,
-    batch_size: int = 16,
+    num_samples: int = 16,
     covariance: str = "full",
     lam_scale: float = 1.0,
     schedule: str | Callable[[int], float] = "inverse",
     init_std: float = 1.0,
     patience: int = DEFAULT_PATIENCE,
 ) -> BaM:
-    """BaM with ``batch_size`` draws per step, ``covariance`` in {"full", "diag", "lowrank"}
+    """BaM with ``num_samples`` draws per step, ``covariance`` in {"full", "diag", "lowrank"}
     ("full"/"lowrank": Targets only), step size λ_t from ``schedule`` ("inverse", "constant"
     or a callable t -> λ_t) scaled by ``lam_scale``, initial σ ``init_std``, and ``patience``
     rejected updates in a row before :meth:`BaM.status` reports ``"numerical_failure"``."""
-    check_hyper(problem, batch_size, covariance, COVARIANCES, init_std, patience)
+    check_hyper(problem, num_samples, covariance, COVARIANCES, init_std, patience)
     if not lam_scale > 0 or not math.isfinite(lam_scale):
         raise ValueError(f"lam_scale must be a finite number > 0, got {lam_scale!r}")
     if callable(schedule):
@@ -239,7 +242,7 @@ def build(
     elif schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES} or a callable t -> λ_t, "
                          f"got {schedule!r}")
-    return BaM(problem, batch_size=int(batch_size), covariance=covariance,
+    return BaM(problem, num_samples=int(num_samples), covariance=covariance,
                lam_scale=float(lam_scale), schedule=schedule, init_std=float(init_std),
                patience=int(patience))
 

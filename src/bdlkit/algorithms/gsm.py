@@ -1,7 +1,8 @@
 """GSM: Gaussian score matching VI (Modi et al., NeurIPS 2023; ``algorithms.md`` B.8.2).
 
-Each step draws x_1..x_B ~ q_t = N(μ, Σ) and their scores g_b = ∇log π(x_b). For one
-sample, q' = argmin_q KL(q_t ‖ q) subject to ∇log q(x) = g has the closed form::
+Each step draws B = ``num_samples`` points x_1..x_B ~ q_t = N(μ, Σ) and their scores
+g_b = ∇log π(x_b). For one sample, q' = argmin_q KL(q_t ‖ q) subject to ∇log q(x) = g has
+the closed form::
 
     ρ   = ½·√(1 + 4·(gᵀΣg + ((μ − x)ᵀg)²)) − ½
     ε₀  = Σg − μ + x
@@ -95,7 +96,7 @@ class GSM(GaussianProjectionVI):
     """Gaussian score matching: KL projection onto the score constraints (module docstring)."""
 
     problem: Problem
-    batch_size: int = 2
+    num_samples: int = 2
     covariance: str = "full"
     init_std: float = 1.0
     patience: int = DEFAULT_PATIENCE
@@ -118,16 +119,16 @@ class GSM(GaussianProjectionVI):
 
 def build(
     problem: Problem,
-    batch_size: int = 2,
+    num_samples: int = 2,
     covariance: str = "full",
     init_std: float = 1.0,
     patience: int = DEFAULT_PATIENCE,
 ) -> GSM:
-    """GSM with ``batch_size`` draws per step, ``covariance`` in {"full", "diag"} ("full":
+    """GSM with ``num_samples`` draws per step, ``covariance`` in {"full", "diag"} ("full":
     Targets only), initial σ ``init_std``, and ``patience`` rejected updates in a row before
     :meth:`GSM.status` reports ``"numerical_failure"``."""
-    check_hyper(problem, batch_size, covariance, ("full", "diag"), init_std, patience)
-    return GSM(problem, batch_size=int(batch_size), covariance=covariance,
+    check_hyper(problem, num_samples, covariance, ("full", "diag"), init_std, patience)
+    return GSM(problem, num_samples=int(num_samples), covariance=covariance,
                init_std=float(init_std), patience=int(patience))
 
 

@@ -27,7 +27,7 @@ HYPER: dict[str, dict[str, Any]] = {
     "map": {"lr": 1e-3}, "sgld": {"lr": 0.05},
     # GSM/BaM: the diagonal variants (full covariance is for Targets), started like ADVI
     "gsm": {"covariance": "diag", "init_std": 1e-3},
-    "bam": {"covariance": "diag", "init_std": 1e-3, "batch_size": 4},
+    "bam": {"covariance": "diag", "init_std": 1e-3, "num_samples": 4},
 }
 #: Methods left out of the demo, with the reason printed in the report (none at present).
 SKIP: dict[str, str] = {}

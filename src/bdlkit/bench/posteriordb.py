@@ -376,7 +376,7 @@ def _start_text(cfg: dict[str, Any]) -> str:
 
 def _short(hyper: str | None) -> str:
     """The grid setting of a ``describe``d hyper string, without the fixed settings."""
-    keep = ("lr=", "omega=", "batch_size=", "lam_scale=")
+    keep = ("lr=", "omega=", "num_samples=", "lam_scale=")
     return ", ".join(p for p in (hyper or "").split(", ") if p.startswith(keep))
 
 

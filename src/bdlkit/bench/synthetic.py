@@ -17,7 +17,8 @@ costs O(100 d)) and d = 100 for the mixtures. Rows and their equal-size tuning g
 wall-clock limit (:mod:`bdlkit.bench.vi_runs`); the whole grid runs on the first seed and
 the selected point (lowest final KL) on the others. Settings run in order of dimension, so
 a full-covariance row whose single step at a larger d is predicted (∝ d³ from its mean
-step time at the largest d measured) to exceed the limit is skipped and recorded as ``timeout`` with the prediction.
+step time at the largest d measured) to exceed the limit is skipped and recorded as
+``timeout`` with the prediction.
 Problems up to d = 100 run on one thread (faster than two for such small matrices).
 
 Measured along each run: KL(q‖p) (closed form for Gaussians; Monte Carlo with 2 000

@@ -241,7 +241,8 @@ rows; for mixtures it is the KL itself, Monte Carlo). τ = 0.01·d nats. `evals_
 evaluations until the excess KL first fell below τ (inf: never). Each row is its best grid
 point (lowest final KL on the first seed, `hyper`), repeated on the other seeds; `status`
 counts its runs; failed runs of every grid point are listed at the end. Mixture rows have
-no excess KL or τ (no known optimum): their plots and tables show the KL itself. Methods and grids: `bdlkit.bench.vi_methods`; settings:
+no excess KL or τ (no known optimum): their plots and tables show the KL itself. Methods
+and grids: `bdlkit.bench.vi_methods`; settings:
 `bdlkit.bench.synthetic`. score_vi with the gradient solver and one anchor step (K = 1)
 takes the same Adam steps as ADVI (its preconditioned gradients are 2× and 4× ADVI's,
 which Adam cannot see; algorithms.md B.3), so those two rows coincide up to their grids.

@@ -34,7 +34,7 @@ from typing import Any
 from .vi_runs import Annealed, MethodSpec, scores_per_step
 
 LR_GRID = tuple({"lr": Annealed(lr)} for lr in (0.01, 0.03, 0.1))
-BATCH_GRID = tuple({"batch_size": b} for b in (2, 8, 32))
+SAMPLES_GRID = tuple({"num_samples": b} for b in (2, 8, 32))
 LAM_GRID = tuple({"lam_scale": c} for c in (0.1, 1.0, 10.0))
 
 SPECS: dict[str, MethodSpec] = {
@@ -45,13 +45,13 @@ SPECS: dict[str, MethodSpec] = {
         tuple({"omega": w} for w in (0.1, 0.3, 1.0))),
     "advi": MethodSpec("advi", "advi", {"num_samples": 4}, LR_GRID),
     "fisher_vi": MethodSpec("fisher_vi", "fisher_vi", {"num_samples": 4}, LR_GRID),
-    "gsm_full": MethodSpec("gsm_full", "gsm", {"covariance": "full"}, BATCH_GRID),
-    "gsm_diag": MethodSpec("gsm_diag", "gsm", {"covariance": "diag"}, BATCH_GRID),
-    "bam_full": MethodSpec("bam_full", "bam", {"covariance": "full", "batch_size": 16},
+    "gsm_full": MethodSpec("gsm_full", "gsm", {"covariance": "full"}, SAMPLES_GRID),
+    "gsm_diag": MethodSpec("gsm_diag", "gsm", {"covariance": "diag"}, SAMPLES_GRID),
+    "bam_full": MethodSpec("bam_full", "bam", {"covariance": "full", "num_samples": 16},
                            LAM_GRID),
-    "bam_lowrank": MethodSpec("bam_lowrank", "bam", {"covariance": "lowrank", "batch_size": 16},
+    "bam_lowrank": MethodSpec("bam_lowrank", "bam", {"covariance": "lowrank", "num_samples": 16},
                               LAM_GRID),
-    "bam_diag": MethodSpec("bam_diag", "bam", {"covariance": "diag", "batch_size": 16},
+    "bam_diag": MethodSpec("bam_diag", "bam", {"covariance": "diag", "num_samples": 16},
                            LAM_GRID),
 }
 FULL_COVARIANCE = ("gsm_full", "bam_full", "bam_lowrank")
@@ -69,4 +69,4 @@ def configs(label: str, init_std: float, budget: int) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["BATCH_GRID", "FULL_COVARIANCE", "LAM_GRID", "LR_GRID", "SPECS", "configs"]
+__all__ = ["SAMPLES_GRID", "FULL_COVARIANCE", "LAM_GRID", "LR_GRID", "SPECS", "configs"]

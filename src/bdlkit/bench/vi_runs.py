@@ -78,7 +78,7 @@ class MethodSpec:
 def scores_per_step(method: str, hyper: dict[str, Any]) -> int:
     """Score evaluations (gradients of log π) one step spends."""
     if method in ("gsm", "bam"):
-        return int(hyper.get("batch_size", 2 if method == "gsm" else 16))
+        return int(hyper.get("num_samples", 2 if method == "gsm" else 16))
     return int(hyper.get("num_samples", 1))
 
 
