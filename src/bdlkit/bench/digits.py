@@ -39,8 +39,8 @@ NOTES: dict[str, str] = {
     "gsm": "diagonal GSM matches each minibatch score exactly at one draw; GSM was designed "
            "for exact scores, and with minibatch noise on a network its variances overshoot "
            "(high NLL)",
-    "bam": "diagonal BaM (batch 4, lambda_t = B d/(t+1)) with minibatch scores: designed for "
-           "exact scores; on a network it is a heuristic and its NLL shows it",
+    "bam": "diagonal BaM (4 draws per step, lambda_t = B d/(t+1)) with minibatch scores: "
+           "designed for exact scores; on a network it is a heuristic and its NLL shows it",
 }
 COLUMNS = ["method", "kind", "accuracy", "nll", "ece", "brier", "train_s", "train_ratio",
            "eval_s"]
