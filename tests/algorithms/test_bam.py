@@ -7,23 +7,20 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
-from gaussian_targets import correlated_gaussian
+from vi_helpers import (
+    assert_recovers_full_gaussian,
+    assert_restores,
+    correlated_gaussian,
+    run,
+)
 
 import bdlkit
 from bdlkit.algorithms import bam
 from bdlkit.families import full_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussianParams
-from bdlkit.serialization import state_from_tensors, state_to_tensors
 from bdlkit.tree import tree_leaves
 
 F64 = torch.float64
-
-
-def run(alg, steps, params, seed=0, batch=None):
-    state = alg.init(params, generator=torch.Generator().manual_seed(seed))
-    for _ in range(steps):
-        state, info = alg.step(state, batch)
-    return state, info
 
 
 def batch_moments(lam_value: float, seed: int = 3):
@@ -70,14 +67,7 @@ def test_full_bam_recovers_a_correlated_gaussian():
     target, mean, cov, _ = correlated_gaussian()
     alg = bam.build(target)
     state, info = run(alg, 60, torch.zeros(5, dtype=F64))
-    q = alg.approximation(state)
-    assert state.rejected == 0 and alg.status(state) == "ok"
-    assert (q.mean - mean).abs().max() < 1e-6
-    assert (q.cov - cov).abs().max() < 1e-6
-    assert torch.equal(alg.params(state), q.mean)
-    assert q.sample(7, torch.Generator().manual_seed(0)).shape == (7, 5)
-    assert state.lam.mean.dtype == F64
-    assert set(info) == {"log_prob", "accepted", "rejected"}
+    assert_recovers_full_gaussian(alg, state, info, mean, cov)
 
 
 def test_lowrank_bam_equals_full_bam_step_by_step_and_recovers_the_target():
@@ -217,15 +207,10 @@ def test_state_round_trips_through_a_checkpoint_and_step_is_pure(covariance):
     alg = bam.build(target, covariance=covariance)
     state, _ = run(alg, 3, torch.zeros(5, dtype=F64))
     template = alg.init(torch.ones(5, dtype=F64), generator=torch.Generator().manual_seed(5))
-    restored = state_from_tensors(template, state_to_tensors(state))
+    restored, s1 = assert_restores(alg, state, template)
     assert restored.step == 3
-    for a, b in zip(tree_leaves(state), tree_leaves(restored)):
-        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
-    s1, _ = alg.step(state, None)
-    s2, _ = alg.step(restored, None)
-    s3, _ = alg.step(state, None)
-    for s in (s2, s3):
-        assert all(torch.equal(a, b) for a, b in zip(tree_leaves(s1.lam), tree_leaves(s.lam)))
+    s3, _ = alg.step(state, None)  # same state in, same state out
+    assert all(torch.equal(a, b) for a, b in zip(tree_leaves(s1.lam), tree_leaves(s3.lam)))
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ from ..tree import (
 from ..types import Batch, Info, Problem
 from ._vi_common import minibatch_scores
 
-OK, REJECTED, NUMERICAL_FAILURE = "ok", "rejected", "numerical_failure"
+OK, NUMERICAL_FAILURE = "ok", "numerical_failure"
 DEFAULT_PATIENCE = 50
 
 
@@ -193,7 +193,7 @@ def check_hyper(problem: Problem, num_samples: int, covariance: str, choices: tu
 
 
 __all__ = [
-    "DEFAULT_PATIENCE", "NUMERICAL_FAILURE", "OK", "REJECTED", "GaussianProjectionVI",
+    "DEFAULT_PATIENCE", "NUMERICAL_FAILURE", "OK", "GaussianProjectionVI",
     "ProjectionState", "accept_or_reject", "check_hyper", "diag_from_var", "finite",
     "init_lam", "initial_state", "leafwise",
 ]

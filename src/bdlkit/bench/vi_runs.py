@@ -25,6 +25,7 @@ on the remaining seeds.
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 import time
@@ -76,10 +77,12 @@ class MethodSpec:
 
 
 def scores_per_step(method: str, hyper: dict[str, Any]) -> int:
-    """Score evaluations (gradients of log π) one step spends."""
-    if method in ("gsm", "bam"):
-        return int(hyper.get("num_samples", 2 if method == "gsm" else 16))
-    return int(hyper.get("num_samples", 1))
+    """Score evaluations (gradients of log π) one step spends: ``num_samples``, by default
+    the default of the method's ``build``."""
+    if "num_samples" in hyper:
+        return int(hyper["num_samples"])
+    param = inspect.signature(algorithms.get_method(method).build).parameters["num_samples"]
+    return int(param.default)
 
 
 def describe(hyper: dict[str, Any]) -> str:
