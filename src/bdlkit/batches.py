@@ -6,7 +6,8 @@ step ``t`` (0-based) is::
     e = t // B,  i = t mod B,  perm_e = randperm(n; seed = fold_in(seed, e)),
     batch_t = rows perm_e[i·b : (i+1)·b]
 
-with ``B = ceil(n / b)`` batches per epoch (the last one may be smaller). No generator
+with ``B = ceil(n / b)`` batches per epoch (the last one may be smaller); a batch of all
+n rows is the data itself, in its stored order, every step. No generator
 state has to be checkpointed: resuming at step ``t`` only needs ``t``. A user
 ``DataLoader`` is iterated as it is; on resume its current epoch is replayed up to
 the resume point, which reproduces the order exactly when the loader does not
@@ -69,6 +70,8 @@ class Batches:
             return self._from_loader(t)
         if self.x is None:
             return None
+        if self.size == len(self.x):  # full batch: the same tensors every step (no copy)
+            return self.x, self.y
         epoch, i = divmod(t, self.per_epoch)
         if epoch != self._epoch:
             gen = rng.generator(rng.fold_in(self.seed, epoch))

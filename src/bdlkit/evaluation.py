@@ -57,7 +57,8 @@ def evaluate(
         ood: a data set whose test (or, if empty, train) inputs are OOD.
         reference: reference probabilities ``(n_test, K)`` aligned with the test split.
         corruptions: evaluate on corrupted copies of the test images.
-        diagnostics: sampling diagnostics for sampler results.
+        diagnostics: sampling diagnostics for sampler results (not for a deep ensemble:
+            its members are independent runs, not a chain, so R̂/ESS do not apply).
     """
     y = ds.y_test
     test = result.predictive(ds.x_test, y, num_samples=num_samples)

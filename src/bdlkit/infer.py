@@ -94,7 +94,8 @@ def infer(
         )
     total = runner.num_steps(steps, epochs)
     if algorithm.kind == "sampler":
-        runner.store = default_store(total, is_target, None, burnin, thin, max_samples)
+        runner.store = default_store(total, is_target, None, burnin, thin, max_samples,
+                                     gated=hasattr(algorithm, "keep"))
     config = {
         "hyper": {k: v for k, v in hyper.items() if _is_json(v)},
         "hyper_serializable": all(_is_json(v) for v in hyper.values()),

@@ -1,8 +1,8 @@
 """The outcome of :func:`bdlkit.infer`: samples or an approximation, and predictions.
 
 ``Result.sample(n)`` returns draws from what was inferred: the last ``n`` kept draws
-of a sampler, ``n`` draws of a VI approximation, or the point estimate repeated for
-an optimiser. ``Result.predict(x)`` is the Bayesian model average over draws::
+of a sampler, ``n`` draws of a VI approximation, the first ``n`` members of a deep
+ensemble, or the point estimate repeated for an optimiser. ``Result.predict(x)`` is the Bayesian model average over draws::
 
     p(y | x, D) ≈ (1/S) Σ_s p(y | x, θ_s)
 
@@ -78,7 +78,9 @@ class Result:
 
     @property
     def num_kept(self) -> int:
-        """Number of kept sampler draws (counting each chain)."""
+        """Number of kept sampler draws (counting each chain), or an ensemble's members."""
+        if self.kind == "ensemble":
+            return 0 if self.state is None else _leading(self._members())
         if self.store is not None:
             if self.store.structure == "tensor":  # Target draws: (chains, d) each
                 shape = next(iter(self.store.shapes.values()))
@@ -98,7 +100,7 @@ class Result:
 
     @property
     def params(self) -> TensorTree:
-        """The final point: chain position, optimum or variational mean."""
+        """The final point: chain position, optimum, variational mean or ensemble member 0."""
         if self.algorithm is None or self.state is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         return self.algorithm.params(self.state)
@@ -110,6 +112,12 @@ class Result:
             raise ValueError(f"n must be >= 1, got {n}")
         if self.kind == "sampler":
             return self._last_kept(n)
+        if self.kind == "ensemble":
+            members = self._members()
+            if n > _leading(members):
+                raise ValueError(f"asked for {n} samples but the ensemble has "
+                                 f"M={_leading(members)} members; train more (members=)")
+            return index(members, slice(0, n))
         if self.kind == "vi":
             if not isinstance(generator, torch.Generator):
                 generator = rng.generator(generator or 0)
@@ -118,6 +126,11 @@ class Result:
         if isinstance(point, Tensor) and point.ndim == 2:  # a Target optimised in chains
             return point.repeat((n + len(point) - 1) // len(point), 1)[:n]
         return tree_map(lambda t: t.unsqueeze(0).expand(n, *t.shape), point)
+
+    def _members(self) -> TensorTree:
+        if self.algorithm is None or self.state is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        return self.algorithm.members(self.state)
 
     def _last_kept(self, n: int) -> TensorTree:
         if self.samples is None:
@@ -136,7 +149,7 @@ class Result:
     def iter_draws(self, num_samples: int = 32, chunk: int = 16) -> Iterator[TensorTree]:
         """Single parameter draws to average over, streamed: a sampler's kept draws (a disk
         store shard by shard), ``num_samples`` draws of a VI approximation (``chunk`` at a
-        time, seeded), or an optimiser's point."""
+        time, seeded), every member of an ensemble, or an optimiser's point."""
         if self.kind == "sampler":
             if self.store is not None:
                 chunks = self.store.iter_chunks()
@@ -152,6 +165,9 @@ class Result:
             for start in range(0, num_samples, chunk):
                 draws = q.sample(min(chunk, num_samples - start), gen)
                 yield from (index(draws, s) for s in range(_leading(draws)))
+        elif self.kind == "ensemble":
+            members = self._members()
+            yield from (index(members, s) for s in range(_leading(members)))
         else:
             yield self.params
 
@@ -174,8 +190,8 @@ class Result:
     def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
         """Bayesian model average at inputs ``x`` (see the module docstring).
 
-        ``num_samples`` draws are used for VI (kept samples for samplers, the point
-        for optimisers). Inputs are processed in chunks of ``chunk_size``; with
+        ``num_samples`` draws are used for VI (kept samples for samplers, all members
+        for ensembles, the point for optimisers). Inputs are processed in chunks of ``chunk_size``; with
         ``buffers="batch_stats"`` normalisation uses each chunk's statistics, so keep
         chunks large. Returns class probabilities (for a Bernoulli likelihood p(y = 1)) or
         a GaussianPredictive, in the dtype of ``x`` (accumulated in float64).

@@ -122,6 +122,8 @@ class Runner:
         self.data = data
         self.seed = int(seed)
         self.batches = Batches(self.problem, data, batch_size, rng.fold_in(seed, DATA_SEED_SALT))
+        if getattr(algorithm, "full_batch", False):  # HMC, NUTS: exact gradients
+            batch_size = self._full_batch(batch_size)
         self.batch_size = batch_size
         self.store = store
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -130,6 +132,19 @@ class Runner:
         self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
         self.progress = progress
         self.last_checkpoint: Path | None = None
+
+    def _full_batch(self, batch_size: int) -> int:
+        rows = self.batches.num_rows
+        if self.batches.loader is not None and self.batches.per_epoch != 1:
+            raise ValueError(
+                f"{self.algorithm.name} needs full-batch gradients but the DataLoader yields "
+                f"{self.batches.per_epoch} batches per epoch; pass the data as a Dataset or "
+                "(x, y) tensors, or a DataLoader with one batch"
+            )
+        if rows is not None and rows != batch_size:
+            self.batches = Batches(self.problem, self.data, rows, self.batches.seed)
+            return rows
+        return batch_size
 
     # ------------------------------------------------------------------ public
     def num_steps(self, steps: int | None = None, epochs: int | None = None) -> int:
@@ -165,9 +180,12 @@ class Runner:
     ) -> Result:
         """Run to ``steps`` (or ``epochs``) in total; ``resume=True`` continues from ``run_dir``."""
         total = self.num_steps(steps, epochs)
+        self.algorithm = for_run(self.algorithm, total)
         sampler = self.algorithm.kind == "sampler"
         if sampler and self.store is None:
-            self.store = default_store(total, isinstance(self.problem, Target), self.run_dir)
+            self.store = default_store(total, isinstance(self.problem, Target), self.run_dir,
+                                       gated=hasattr(self.algorithm, "keep"))
+        keep = getattr(self.algorithm, "keep", None)
         state, start, history, elapsed = self._start(total, resume)
         log = self.run_dir / "log.jsonl" if self.run_dir else None
         if log is not None:
@@ -183,7 +201,7 @@ class Runner:
                 new_state, info = self.algorithm.step(state, self.batches(t))
                 self._check_finite(info.get("log_prob"), t + 1)
                 state, t = new_state, t + 1
-                if sampler:
+                if sampler and (keep is None or keep(t)):
                     self.store.offer(t, self.algorithm.params(state))
                 entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
                 if entry is not None:
@@ -314,6 +332,13 @@ class Runner:
             self.store.collect_garbage()
 
 
+def for_run(algorithm: Algorithm, total: int) -> Algorithm:
+    """``algorithm.for_run(total)`` for algorithms whose schedule depends on the run length
+    (cyclical SG-MCMC with ``cycle_steps=None``), else ``algorithm`` itself."""
+    bind = getattr(algorithm, "for_run", None)
+    return bind(total) if bind is not None else algorithm
+
+
 def default_store(
     total: int,
     is_target: bool,
@@ -321,14 +346,19 @@ def default_store(
     burnin: int | None = None,
     thin: int | None = None,
     max_samples: int | None = None,
+    gated: bool = False,
 ) -> SampleStore:
     """The default sample store: first half burn-in; about 1 000 (Target, per chain) or
-    100 (network) thinned draws kept; on disk under ``run_dir/samples`` when given."""
-    burnin = total // 2 if burnin is None else burnin
+    100 (network) thinned draws kept; on disk under ``run_dir/samples`` when given.
+
+    ``gated``: the algorithm chooses its draws itself (``keep(t)``, cyclical SG-MCMC), so
+    the defaults are no burn-in and no thinning (only the cap applies)."""
+    burnin = (0 if gated else total // 2) if burnin is None else burnin
     if not 0 <= burnin < total:
         raise ValueError(f"burnin must be in [0, steps={total}), got {burnin}")
     keep = 1000 if is_target else 100
-    thin = max(1, (total - burnin) // keep) if thin is None else thin
+    if thin is None:
+        thin = 1 if gated else max(1, (total - burnin) // keep)
     if max_samples is None and not is_target:
         max_samples = keep
     if run_dir is None:

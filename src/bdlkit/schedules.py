@@ -7,6 +7,7 @@ reports rely on that. Any plain callable works too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,6 +59,27 @@ class Exponential:
         return self.start * (self.end / self.start) ** (step / self.steps)
 
 
+@dataclass(frozen=True)
+class CyclicalCosine:
+    """``(peak/2)·(cos(π·mod(k, P)/P) + 1)``: the cosine cycles of Zhang et al. (2020),
+    restarting at ``peak`` every ``cycle_steps`` = P steps (k counted from 0;
+    ``algorithms.md`` A.4.2, the bdlkit form)."""
+
+    peak: float
+    cycle_steps: int
+
+    def __post_init__(self) -> None:
+        if not (self.peak > 0 and int(self.cycle_steps) == self.cycle_steps >= 1):
+            raise ValueError("peak must be > 0 and cycle_steps an integer >= 1")
+
+    def position(self, step: int) -> float:
+        """Where ``step`` lies in its cycle, in [0, 1)."""
+        return (step % self.cycle_steps) / self.cycle_steps
+
+    def __call__(self, step: int) -> float:
+        return 0.5 * self.peak * (math.cos(math.pi * self.position(step)) + 1.0)
+
+
 def constant(value: float) -> Schedule:
     return Constant(value)
 
@@ -70,6 +92,11 @@ def polynomial(a: float, b: float = 1.0, gamma: float = 0.55) -> Schedule:
 def exponential(start: float, end: float, steps: int) -> Schedule:
     """Geometric annealing ``start → end`` over ``steps`` (:class:`Exponential`)."""
     return Exponential(start, end, steps)
+
+
+def cyclical_cosine(peak: float, cycle_steps: int) -> Schedule:
+    """Cosine cycles restarting at ``peak`` every ``cycle_steps`` steps (:class:`CyclicalCosine`)."""
+    return CyclicalCosine(peak, cycle_steps)
 
 
 def resolve(value: float | Schedule, step: int) -> float:

@@ -57,7 +57,7 @@ class Algorithm(Protocol):
     """``state = init(params, generator=g)``; ``state, info = step(state, batch)``."""
 
     name: str
-    kind: str  # "optimizer" | "sampler" | "vi"
+    kind: str  # "optimizer" | "sampler" | "vi" | "ensemble"
     problem: Problem
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> State: ...

@@ -16,7 +16,8 @@ parameters and all buffers are deterministic: they are read from the module (not
 copied, so a frozen pretrained backbone costs no extra memory; do not train the module
 while a BayesianModel uses it). ``init_params`` returns the module's values at build
 time; seeds change data order and algorithm noise, not this starting point (initialise
-the module under ``torch.manual_seed`` for different starts).
+the module under ``torch.manual_seed`` for different starts, or draw one with
+``random_init(generator)`` as deep ensembles do).
 
 Buffers (BatchNorm statistics): ``buffers="frozen"`` (default) puts the module in
 eval mode; normalisation layers use their stored statistics, dropout is off, and no
@@ -27,6 +28,7 @@ normalisation without batch statistics (FRN, LayerNorm) for samplers.
 
 from __future__ import annotations
 
+from copy import deepcopy as copy_module
 from typing import Any, Literal
 
 import torch
@@ -111,8 +113,8 @@ class BayesianModel:
         )
 
     # ----------------------------------------------------------------- parameters
-    def _snapshot(self) -> Params:
-        named = dict(self.module.named_parameters())
+    def _snapshot(self, module: nn.Module | None = None) -> Params:
+        named = dict((module or self.module).named_parameters())
         params = {n: named[n].detach().clone() for n in self.bayesian_names}
         dtype = next(iter(params.values())).dtype
         params.update(self.likelihood.init_params(dtype))
@@ -125,6 +127,37 @@ class BayesianModel:
     def init_params(self, generator: torch.Generator | None = None) -> Params:
         """The Bayesian parameters' values when the model was built (a fresh copy)."""
         return {k: v.clone() for k, v in self._initial.items()}
+
+    def random_init(self, generator: torch.Generator) -> Params:
+        """A fresh draw from the module's own initialisers (deep ensembles' members 1..M-1).
+
+        A deep copy of the module gets ``init_params()``'s values, then, under a private
+        RNG seeded from ``generator``, its root ``reset_parameters()`` if it defines one, else
+        every submodule's ``reset_parameters()`` in ``modules()`` order. Parameters that no
+        ``reset_parameters`` touches keep their ``init_params`` value: FRN's gamma/beta/tau,
+        ViT's ``cls_token``/``pos_embed``. Layers follow PyTorch's default init, not the
+        constructor's: ResNet-FRN's zero head and ``ConvNet(init="haiku")`` get
+        ``nn.Linear``/``nn.Conv2d`` defaults. Same names, shapes, dtypes and devices as
+        ``init_params``; the likelihood's parameters are their initial values. Costs one
+        temporary copy of the module.
+        """
+        seed = int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
+        copy = copy_module(self.module)
+        named = dict(copy.named_parameters())
+        cuda = sorted({p.device.index or 0 for p in named.values() if p.device.type == "cuda"})
+        with torch.no_grad(), torch.random.fork_rng(devices=cuda):
+            for name in self.bayesian_names:
+                named[name].copy_(self._initial[name])
+            torch.default_generator.manual_seed(seed)  # only the RNGs forked above
+            for index in cuda:
+                torch.cuda.default_generators[index].manual_seed(seed)
+            if callable(getattr(copy, "reset_parameters", None)):
+                copy.reset_parameters()
+            else:
+                for sub in copy.modules():
+                    if callable(getattr(sub, "reset_parameters", None)):
+                        sub.reset_parameters()
+        return self._snapshot(copy)
 
     @staticmethod
     def split(params: Params) -> tuple[Params, Params]:

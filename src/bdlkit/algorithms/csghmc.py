@@ -1,0 +1,136 @@
+"""Cyclical SG-MCMC (Zhang, Li, Zhang, Chen & Wilson, ICLR 2020): cSGHMC, and cSGLD (α = 1).
+
+The SGHMC step of :mod:`bdlkit.algorithms.sghmc` with a cosine step size that restarts
+every P = ``cycle_steps`` steps (``algorithms.md`` A.4.2, bdlkit form; k = global step
+from 0)::
+
+    lr_k = (lr_0 / 2) · (cos(π · mod(k, P) / P) + 1)
+
+Each cycle has two phases, by the position u = mod(k, P)/P:
+
+* exploration, u < ``explore_frac``: the step without noise (SGD with momentum), to move
+  fast to a new mode while the step size is large;
+* sampling, u ≥ ``explore_frac``: the full SG-MCMC step with noise.
+
+Draws are kept only in the sampling phase: ``samples_per_cycle`` draws per cycle, evenly
+spaced and ending at the cycle's last step (the runner asks :meth:`keep`); Zhang et al.'s
+CIFAR script keeps 3 per 50-epoch cycle (epochs 48-50), with noise in the last 5 epochs
+(``explore_frac`` = 0.9; bdlkit's default 0.8 samples a longer stretch of each cycle).
+``cycle_steps=None`` splits the run into ``cycles`` equal cycles, P = ⌈K/cycles⌉ for K
+total steps (the paper's form); the runner fixes it when the run length is known.
+Defaults follow the cSGMCMC code: lr_0 = 0.5 and α = 0.9 for cSGHMC (A.4.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..schedules import CyclicalCosine
+from ..tree import TensorTree
+from ..types import Batch, Info, Problem
+from .sghmc import SGHMC, SGHMCState, check_friction
+
+KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
+
+
+@dataclass(frozen=True)
+class CyclicalSGHMC:
+    problem: Problem
+    lr: float = 0.5
+    alpha: float = 0.9
+    cycles: int = 4
+    cycle_steps: int | None = None
+    explore_frac: float = 0.8
+    samples_per_cycle: int = 3
+    name: str = "csghmc"
+    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_inner", SGHMC(self.problem, lr=self.lr, alpha=self.alpha,
+                                                 name=self.name))
+
+    # ------------------------------------------------------------------ schedule
+    def for_run(self, total_steps: int) -> CyclicalSGHMC:
+        """This sampler with ``cycle_steps`` fixed for a run of ``total_steps`` steps."""
+        if self.cycle_steps is not None:
+            return self
+        return dataclasses.replace(self, cycle_steps=max(1, math.ceil(total_steps / self.cycles)))
+
+    @property
+    def schedule(self) -> CyclicalCosine:
+        if self.cycle_steps is None:
+            raise ValueError(
+                f"{self.name}: cycle_steps is not set; pass cycle_steps= or run through "
+                "bdlkit.infer / bdlkit.Runner, which set it from the run length and `cycles`"
+            )
+        return CyclicalCosine(self.lr, self.cycle_steps)
+
+    def sampling(self, k: int) -> bool:
+        """Whether step ``k`` (0-based) is in a sampling phase (noise on)."""
+        return self.schedule.position(k) >= self.explore_frac
+
+    def keep(self, t: int) -> bool:
+        """Whether the draw after ``t`` completed steps is kept (module docstring)."""
+        k = t - 1
+        period = self.schedule.cycle_steps
+        first = math.ceil(self.explore_frac * period)  # first sampling position
+        back = period - 1 - k % period  # steps until the cycle's end
+        spacing = max(1, (period - first) // self.samples_per_cycle)
+        return (self.sampling(k) and back % spacing == 0
+                and back // spacing < self.samples_per_cycle)
+
+    # ------------------------------------------------------------------ protocol
+    def init(self, params: TensorTree | None = None, *,
+             generator: torch.Generator) -> SGHMCState:
+        return self._inner.init(params, generator=generator)
+
+    def step(self, state: SGHMCState, batch: Batch) -> tuple[SGHMCState, Info]:
+        k = state.step
+        return self._inner.advance(state, batch, self.schedule(k), noise=self.sampling(k))
+
+    def params(self, state: SGHMCState) -> TensorTree:
+        return state.params
+
+
+def check_cycles(cycles: int, cycle_steps: int | None, explore_frac: float,
+                 samples_per_cycle: int) -> None:
+    if int(cycles) != cycles or cycles < 1:
+        raise ValueError(f"cycles must be an integer >= 1, got {cycles!r}")
+    if cycle_steps is not None and (int(cycle_steps) != cycle_steps or cycle_steps < 2):
+        raise ValueError(f"cycle_steps must be an integer >= 2 (or None), got {cycle_steps!r}")
+    if not 0 <= explore_frac < 1:
+        raise ValueError(f"explore_frac must be in [0, 1), got {explore_frac}")
+    if int(samples_per_cycle) != samples_per_cycle or samples_per_cycle < 1:
+        raise ValueError(f"samples_per_cycle must be an integer >= 1, got {samples_per_cycle!r}")
+
+
+def build(
+    problem: Problem,
+    lr: float = 0.5,
+    alpha: float = 0.9,
+    cycles: int = 4,
+    cycle_steps: int | None = None,
+    explore_frac: float = 0.8,
+    samples_per_cycle: int = 3,
+) -> CyclicalSGHMC:
+    """cSGHMC: peak per-datum step ``lr``, friction ``alpha``, ``cycles`` cosine cycles (or
+    cycles of ``cycle_steps`` steps), noise and kept draws in the last 1 − ``explore_frac``
+    of each cycle, ``samples_per_cycle`` draws per cycle."""
+    return _build(problem, lr, alpha, cycles, cycle_steps, explore_frac, samples_per_cycle,
+                  "csghmc")
+
+
+def _build(problem: Problem, lr: float, alpha: float, cycles: int, cycle_steps: int | None,
+           explore_frac: float, samples_per_cycle: int, name: str) -> CyclicalSGHMC:
+    if not (isinstance(lr, (int, float)) and lr > 0):
+        raise ValueError(f"lr (the peak step size) must be a number > 0, got {lr!r}")
+    check_friction(alpha)
+    check_cycles(cycles, cycle_steps, explore_frac, samples_per_cycle)
+    return CyclicalSGHMC(problem, lr=float(lr), alpha=float(alpha), cycles=int(cycles),
+                         cycle_steps=None if cycle_steps is None else int(cycle_steps),
+                         explore_frac=float(explore_frac),
+                         samples_per_cycle=int(samples_per_cycle), name=name)

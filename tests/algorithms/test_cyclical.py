@@ -1,0 +1,85 @@
+"""Cyclical SG-MCMC: the cosine schedule's shape, the phases and the sampling windows."""
+
+import math
+
+import pytest
+import torch
+from sampler_helpers import correlated_target
+
+import bdlkit
+from bdlkit.algorithms import csghmc, csgld, psgld
+from bdlkit.runner import Runner
+from bdlkit.schedules import cyclical_cosine
+
+
+def test_cosine_schedule_shape():
+    sched = cyclical_cosine(0.5, 100)
+    values = [sched(k) for k in range(300)]
+    assert values[0] == values[100] == values[200] == 0.5  # restarts at the peak
+    assert values[50] == pytest.approx(0.25)  # half way: lr0/2
+    assert values[99] == pytest.approx(0.25 * (math.cos(math.pi * 0.99) + 1))
+    for cycle in range(3):  # strictly decreasing inside each cycle
+        block = values[cycle * 100:(cycle + 1) * 100]
+        assert all(a > b for a, b in zip(block, block[1:]))
+    assert values[:100] == values[100:200]
+
+
+def test_phases_and_sampling_windows():
+    target, _, _ = correlated_target()
+    alg = csghmc.build(target, cycle_steps=100, explore_frac=0.8, samples_per_cycle=3)
+    sampling = [alg.sampling(k) for k in range(200)]
+    assert sampling[:80] == [False] * 80 and sampling[80:100] == [True] * 20
+    assert sampling[100:200] == sampling[:100]
+    kept = [t for t in range(1, 201) if alg.keep(t)]
+    # 3 draws per cycle, spaced (100-80)//3 = 6 steps, the last at the cycle's end
+    assert kept == [88, 94, 100, 188, 194, 200]
+
+
+def test_noise_only_in_the_sampling_phase():
+    target, _, _ = correlated_target()
+    alg = csghmc.build(target, lr=0.1, cycle_steps=10, explore_frac=0.5)
+    state = alg.init(target.init_params(torch.Generator().manual_seed(0), 2),
+                     generator=torch.Generator().manual_seed(1))
+    for k in range(10):
+        state, info = alg.step(state, None)
+        assert info["noise"] == float(k >= 5)
+        assert info["lr"] == pytest.approx(0.05 * (math.cos(math.pi * k / 10) + 1))
+
+
+def test_exploration_phase_is_noise_free():
+    """Two chains with different noise seeds agree exactly through the exploration phase
+    and part at its first sampling step."""
+    target, _, _ = correlated_target()
+    alg = csgld.build(target, cycle_steps=40, explore_frac=0.5)
+    start = target.init_params(torch.Generator().manual_seed(0), 3)
+    a, b = (alg.init(start, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+    for _ in range(20):
+        a, _ = alg.step(a, None)
+        b, _ = alg.step(b, None)
+        assert torch.equal(a.params, b.params)
+    a, _ = alg.step(a, None)
+    b, _ = alg.step(b, None)
+    assert not torch.equal(a.params, b.params)
+
+
+def test_run_length_sets_the_cycles_and_kept_draws():
+    target, _, _ = correlated_target()
+    res = bdlkit.infer(target, "csghmc", steps=1000, cycles=4, samples_per_cycle=3, chains=2,
+                       lr=0.05)
+    assert res.algorithm.cycle_steps == 250
+    assert len(res.store) == 12  # 4 cycles x 3 draws, no burn-in by default
+    unbound = csghmc.build(target)
+    with pytest.raises(ValueError, match="cycle_steps is not set"):
+        unbound.step(unbound.init(generator=torch.Generator()), None)
+    assert Runner(unbound, seed=0).algorithm.cycle_steps is None  # bound at fit time
+
+
+def test_bad_cycle_settings_are_named():
+    target, _, _ = correlated_target()
+    for kwargs, match in [({"cycles": 0}, "cycles"), ({"explore_frac": 1.0}, "explore_frac"),
+                          ({"samples_per_cycle": 0}, "samples_per_cycle"),
+                          ({"cycle_steps": 1}, "cycle_steps"), ({"lr": -1.0}, "lr")]:
+        with pytest.raises(ValueError, match=match):
+            csghmc.build(target, **kwargs)
+    with pytest.raises(ValueError, match="beta"):
+        psgld.build(target, beta=1.0)
