@@ -1,4 +1,4 @@
-"""The ``bdlkit`` command line: ``fit``, ``evaluate``, ``bench``, ``list`` and ``demo``.
+"""The ``bdlkit`` command line: ``fit``, ``evaluate``, ``reference``, ``bench``, ``list``, ``demo``.
 
 ``fit`` options are generated from :class:`bdlkit.config.RunConfig` (one source of
 truth with the Python API and ``--config`` YAML files); a method's hyperparameters
@@ -12,6 +12,8 @@ Examples::
     bdlkit fit --method sgld --model mlp --data digits --steps 500 --seed 0 --out runs/sgld
     bdlkit fit --resume runs/sgld
     bdlkit evaluate runs/sgld
+    bdlkit reference hmc --model mlp --data digits --out refs/digits
+    bdlkit evaluate runs/sgld --reference refs/digits
     bdlkit bench digits --quick --out benchmarks/results/digits
     bdlkit demo
 """
@@ -50,20 +52,73 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
                        "log.jsonl, checkpoints/, samples/, metrics.json, report.md).",
                        epilog=FIT_EXAMPLES + "\n\nmethod options: see `bdlkit fit --method M "
                        "--help`", formatter_class=_FORMATTER)
-    for f in dataclasses.fields(RunConfig):
-        if f.name == "hyper":
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        kind = _field_type(f)
-        p.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
-                       metavar=f.name.upper() if kind is not json.loads else "JSON",
-                       help=f.metadata.get("help", "").replace("%", "%%"))
+    _add_config_options(p)
     p.add_argument("--config", metavar="FILE", help="YAML file with any of these options")
     p.add_argument("--out", metavar="DIR", help="new run directory to write")
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
+
+
+def _add_config_options(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """One ``--option`` per :class:`RunConfig` field (but ``hyper`` and ``skip``)."""
+    for f in dataclasses.fields(RunConfig):
+        if f.name == "hyper" or f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = _field_type(f)
+        p.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
+                       metavar=f.name.upper() if kind is not json.loads else "JSON",
+                       help=f.metadata.get("help", "").replace("%", "%%"))
+
+
+REFERENCE_EXAMPLES = """examples:
+  bdlkit reference hmc --model mlp --data digits --out refs/digits
+  bdlkit reference hmc --data digits --model-kwargs '{"hidden": [50]}' --out refs/d50
+  bdlkit reference nuts --data digits --model-kwargs '{"hidden": [10]}' --steps 600 \\
+      --max-tree-depth 7 --out refs/d10
+  bdlkit evaluate runs/csghmc --reference refs/digits"""
+
+
+def _reference_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("reference", allow_abbrev=False,
+                       help="build and cache an HMC/NUTS reference predictive for a small BNN",
+                       description="Run several full-batch MCMC chains of a small Bayesian "
+                       "network and write the test-set predictive probabilities with their "
+                       "convergence (split R-hat, ESS) to DIR. Rerunning reuses finished "
+                       "chains and resumes interrupted ones. Defaults: 400 iterations, the "
+                       "first half burn-in; hmc: trajectory length (pi/2) x prior scale, step "
+                       "size adapted over 150 iterations; nuts: warm-up = burn-in.",
+                       epilog=REFERENCE_EXAMPLES, formatter_class=_FORMATTER)
+    p.add_argument("method", metavar="METHOD", choices=("hmc", "nuts"), help="hmc or nuts")
+    _add_config_options(p, skip=("method", "eval_every", "eval_samples"))
+    p.add_argument("--chains", type=int, default=4, help="independent chains (default 4)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="chains run in parallel processes (default: min(chains, CPUs))")
+    p.add_argument("--out", required=True, metavar="DIR", help="reference folder to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a reference in --out")
+    return p
+
+
+def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
+    from . import reference
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+              if hasattr(args, f.name)}
+    values["method"] = args.method
+    values["hyper"] = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
+                       if k.startswith(HYPER_PREFIX)}
+    cfg = RunConfig(**reference.with_defaults(values))
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    ref = reference.build(cfg, args.out, chains=args.chains, workers=args.workers,
+                          overwrite=args.overwrite, command="bdlkit " + " ".join(argv))
+    print((Path(args.out) / "report.md").read_text())
+    conv = ref.manifest["convergence"]["rhat_split"]
+    print(f"split R-hat of the test predictive: median {conv['median']:.4f}, max "
+          f"{conv['max']:.4f}; reference: {args.out}")
+    return 0
 
 
 def _field_type(f: dataclasses.Field) -> Any:
@@ -208,12 +263,13 @@ def list_components() -> None:
         print(f"  {name:<14} {desc}")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     parser = argparse.ArgumentParser(prog="bdlkit", description="Bayesian deep learning made "
                                      "practical.", epilog=__doc__.split("Examples::")[1],
                                      formatter_class=_FORMATTER, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     fit = _fit_parser(sub)
+    ref = _reference_parser(sub)
     p = sub.add_parser("evaluate", help="recompute metrics.json and report.md of a run",
                        epilog="examples:\n  bdlkit evaluate runs/sgld\n  bdlkit evaluate "
                        "runs/mnist --ood notmnist --corruptions\n  bdlkit evaluate runs/c10 "
@@ -221,8 +277,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     p.add_argument("run_dir", metavar="DIR", help="a run directory written by bdlkit fit")
     p.add_argument("--ood", metavar="DATA",
                    help="OOD data set: AUROC/AUPR of entropy, max probability and MI")
-    p.add_argument("--reference", metavar="FILE",
-                   help="reference (HMC) test probabilities (.npy/.npz/.safetensors, (n, K)): "
+    p.add_argument("--reference", metavar="DIR|FILE",
+                   help="reference (HMC) test probabilities: a folder written by `bdlkit "
+                        "reference`, or a .npy/.npz/.safetensors file of shape (n, K): "
                         "agreement and total variation")
     p.add_argument("--corruptions", action="store_true",
                    help="accuracy/NLL/ECE under 6 image corruptions x 5 severities")
@@ -243,23 +300,28 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/demo", metavar="DIR",
                    help="where the report goes (replaced on each demo)")
-    return parser, fit
+    return parser, fit, ref
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, fit_parser = build_parser()
+    parser, fit_parser, ref_parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     method = _prescan_method(argv) if argv[:1] == ["fit"] else None
+    if argv[:1] == ["reference"]:
+        method = next((a for a in argv[1:] if not a.startswith("-")), None)
+    sub_parser = ref_parser if argv[:1] == ["reference"] else fit_parser
     if method in algorithms.METHODS:
-        _add_method_options(fit_parser, method)
+        _add_method_options(sub_parser, method)
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if args.command == "fit":
-            _unknown_option(extra[0], method, fit_parser)
+        if args.command in ("fit", "reference"):
+            _unknown_option(extra[0], method, sub_parser)
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "fit":
             return cmd_fit(args, fit_parser)
+        if args.command == "reference":
+            return cmd_reference(args, argv)
         if args.command == "evaluate":
             return cmd_evaluate(args)
         if args.command == "bench":

@@ -23,6 +23,7 @@ from .algorithms import get_method
 from .serialization import atomic_write_bytes
 
 DEFAULT_STEPS = 1000  # run length when neither steps nor epochs is given
+DTYPES = ("float32", "float64")
 
 
 @dataclass
@@ -62,6 +63,9 @@ class RunConfig:
         default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, ./data, ../shared/data)"}
     )
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    dtype: str = field(
+        default="float32", metadata={"help": "float32 or float64 (network and data)"}
+    )
     model_kwargs: dict[str, Any] = field(
         default_factory=dict, metadata={"help": 'model options as JSON, e.g. \'{"hidden": [200]}\''}
     )
@@ -95,6 +99,8 @@ class RunConfig:
             if value is not None and (not isinstance(value, int) or value < low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         check_device(self.device)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name in ("prior_scale", "temperature", "checkpoint_minutes"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -37,7 +37,7 @@ from .problems import BayesianModel
 from .problems.likelihoods import Gaussian, cat_predictives
 from .result import Result
 from .runlog import read_log
-from .runner import Runner, default_store
+from .runner import Runner, default_store, for_run
 from .serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
 
 TASKS = ("classification", "regression")
@@ -54,9 +54,7 @@ def load_dataset(cfg: RunConfig) -> Any:
             f"is {task or type(ds).__name__}. Use the Python API (bdlkit.infer) for Targets "
             "and forecasting windows"
         )
-    if cfg.device != "cpu":
-        ds = ds.to(cfg.device) if hasattr(ds, "to") else ds
-    return ds
+    return ds.to(cfg.device, getattr(torch, cfg.dtype))
 
 
 def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
@@ -66,7 +64,7 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
-    net = net.to(cfg.device)
+    net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
     likelihood = "categorical" if classification else Gaussian(learn_noise=True)
     return BayesianModel(
         net, likelihood, prior=cfg.prior_scale, num_data=ds.num_train,
@@ -117,6 +115,7 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False):
         checkpoint_seconds=60.0 * cfg.checkpoint_minutes, progress=progress,
     )
     total = runner.num_steps(cfg.steps, cfg.epochs)
+    runner.algorithm = for_run(runner.algorithm, total)  # e.g. cyclical cycle_steps
     if runner.checkpoint_every is None:
         runner.checkpoint_every = max(1, total // 10)
     return runner, problem, ds, total
@@ -126,7 +125,8 @@ def attach_store(runner: Runner, cfg: RunConfig, total: int) -> None:
     """Give a sampler run its disk-backed sample store under ``run_dir/samples``."""
     if runner.algorithm.kind == "sampler":
         runner.store = default_store(
-            total, False, runner.run_dir, cfg.burnin, cfg.thin, cfg.max_samples
+            total, False, runner.run_dir, cfg.burnin, cfg.thin, cfg.max_samples,
+            gated=hasattr(runner.algorithm, "keep"),
         )
 
 
@@ -134,6 +134,9 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
     """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
     values = cfg.to_dict()
     values["hyper"] = resolved_hyper(cfg.method, cfg.hyper)
+    for name, value in values["hyper"].items():  # defaults fixed by the run length
+        if value is None and isinstance(getattr(runner.algorithm, name, None), (int, float)):
+            values["hyper"][name] = getattr(runner.algorithm, name)
     values["checkpoint_every"] = runner.checkpoint_every
     if runner.store is not None:
         store = runner.store
@@ -267,12 +270,24 @@ def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path, *,
                     corruptions: bool = False) -> dict[str, Any]:
     """Everything that applies to ``result``; writes ``metrics.json``, plots and ``report.md``."""
     ood_ds = data_module.load(ood, root=cfg.data_root) if ood else None
-    ref = metrics.load_reference(reference) if reference else None
+    ref = load_reference_for(reference, cfg, ds) if reference else None
     ev = evaluation.evaluate(result, ds, num_samples=cfg.eval_samples, ood=ood_ds,
                              reference=ref, corruptions=corruptions)
     save_json(run_dir / "metrics.json", ev.metrics)
     run_report.write(run_dir, cfg, result, ev, ds)
     return ev.metrics
+
+
+def load_reference_for(path: str | os.PathLike, cfg: RunConfig, ds: Any) -> Tensor:
+    """Reference probabilities from a ``bdlkit reference`` folder (checked against the run's
+    data and test split) or from a ``.npy``/``.npz``/``.safetensors`` file."""
+    if Path(path).is_dir():
+        from . import reference
+
+        ref = reference.load(path)
+        reference.check_matches(ref, cfg.data, ds)
+        return ref.probs
+    return metrics.load_reference(path)
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, Any]:

@@ -8,6 +8,7 @@ module only defines the record and its own consistency checks.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,6 +72,22 @@ class Dataset:
 
     def val(self) -> tuple[Tensor, Tensor] | None:
         return None if self.x_val is None else (self.x_val, self.y_val)
+
+    def to(self, device: torch.device | str | None = None,
+           dtype: torch.dtype | None = None) -> Dataset:
+        """A copy on ``device`` with floating tensors (inputs, regression targets) cast to
+        ``dtype``; labels stay int64. Returns ``self`` when nothing changes."""
+        def move(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
+            cast = dtype if dtype is not None and t.dtype.is_floating_point else None
+            return t.to(device=device, dtype=cast)
+
+        names = ("x_train", "y_train", "x_test", "y_test", "x_val", "y_val")
+        moved = {n: move(getattr(self, n)) for n in names}
+        if all(moved[n] is getattr(self, n) for n in names):
+            return self
+        return dataclasses.replace(self, **moved)
 
     def __repr__(self) -> str:
         parts = [f"train={len(self.x_train)}", f"test={len(self.x_test)}"]

@@ -66,6 +66,7 @@ __all__ = [
     "ess_tail_vehtari21",
     "rank_normalize",
     "rhat_bulk",
+    "rhat_split",
     "rhat_tail",
     "rhat_vehtari21",
     "split_chains",
@@ -152,6 +153,17 @@ def rhat_bulk(x: Tensor, *, chunk_size: int | None = None) -> Tensor:
     """
     x = check_samples(x, "rhat_bulk", min_chains=2, min_draws=_MIN_DRAWS)
     return apply_chunked(lambda b: rhat_core(_bulk_z(b)), x, sample_dims=2, chunk_size=chunk_size)
+
+
+def rhat_split(x: Tensor, *, chunk_size: int | None = None) -> Tensor:
+    """Split R̂ without rank normalisation (Gelman et al., BDA3 §11.4; ArviZ
+    ``method="split"``): ``sqrt(var⁺/W)`` on the split chains of the raw draws.
+
+    ``x``: ``(chains, draws, *coords)``, chains ≥ 2, draws ≥ 4; returns shape ``coords``.
+    """
+    x = check_samples(x, "rhat_split", min_chains=2, min_draws=_MIN_DRAWS)
+    return apply_chunked(lambda b: rhat_core(split_halves(b, 2)), x, sample_dims=2,
+                         chunk_size=chunk_size)
 
 
 def rhat_tail(x: Tensor, *, chunk_size: int | None = None) -> Tensor:
