@@ -90,7 +90,8 @@ def test_bench_digits_suite(tmp_path):
         assert f"| {method} |" in table
         run_dir = out / "runs" / method
         assert (run_dir / "metrics.json").exists() and (run_dir / "config.yaml").exists()
-        assert load_yaml(run_dir / "config.yaml")["steps"] == 30
+        expected = max(2, round(30 * digits.FRACTION.get(method, 1.0)))
+        assert load_yaml(run_dir / "config.yaml")["steps"] == expected
     assert sorted(p.name for p in (out / "runs").iterdir()) == methods
 
 
