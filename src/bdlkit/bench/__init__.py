@@ -17,6 +17,7 @@ from . import (
     diagnostics_speed,
     digits,
     efficiency,
+    hmc_agreement,
     posteriordb,
     runner_overhead,
     score_vi_study,
@@ -33,6 +34,7 @@ SUITES: dict[str, Suite] = {
     "efficiency": efficiency.run,
     "synthetic": synthetic.run,
     "posteriordb": posteriordb.run,
+    "hmc-agreement": hmc_agreement.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -42,6 +44,7 @@ DESCRIPTIONS: dict[str, str] = {
     "efficiency": efficiency.DESCRIPTION,
     "synthetic": synthetic.DESCRIPTION,
     "posteriordb": posteriordb.DESCRIPTION,
+    "hmc-agreement": hmc_agreement.DESCRIPTION,
 }
 
 

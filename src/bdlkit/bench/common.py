@@ -40,8 +40,10 @@ def prepare_bench_out(out: Path) -> Path:
 
 def write_results(out: Path, suite: str, quick: bool, command: str | None, title: str,
                   setup: str, rows: list[dict[str, Any]], meta: dict[str, Any],
-                  note: str = "", floatfmt: str = ".4f") -> str:
-    """``results.json`` (rows, settings, command, machine) and ``results.md`` (a table)."""
+                  note: str = "", floatfmt: str = ".4f",
+                  table: list[dict[str, Any]] | None = None) -> str:
+    """``results.json`` (rows, settings, command, machine) and ``results.md`` (a table of
+    ``table``, by default the rows themselves)."""
     from .. import report
     from ..serialization import atomic_write_bytes, save_json
 
@@ -50,6 +52,6 @@ def write_results(out: Path, suite: str, quick: bool, command: str | None, title
     save_json(out / "results.json", {"suite": suite, "command": command, **meta,
                                      "machine": machine, "rows": rows})
     text = (f"# {suite}: {title}\n\nCommand: `{command}`  \n{setup}; machine: {machine}\n\n"
-            f"{report.markdown_table(rows, floatfmt=floatfmt)}\n" + (f"\n{note}\n" if note else ""))
+            f"{report.markdown_table(rows if table is None else table, floatfmt=floatfmt)}\n" + (f"\n{note}\n" if note else ""))
     atomic_write_bytes(out / "results.md", text.encode())
     return command
