@@ -14,9 +14,9 @@ TINY = {"model": "mlp", "data": "digits", "model_kwargs": {"hidden": [4]}, "step
         "burnin": 4, "hyper": {"num_leapfrog": 3, "step_size": 0.002, "adapt_steps": 0}}
 
 
-def tiny_reference(out, chains=2, **changes):
+def tiny_reference(out, chains=2, overwrite=False, **changes):
     cfg = RunConfig(method="hmc", **{**TINY, **changes})
-    return reference.build(cfg, out, chains=chains, workers=1)
+    return reference.build(cfg, out, chains=chains, workers=1, overwrite=overwrite)
 
 
 @pytest.fixture(scope="module")
@@ -117,5 +117,44 @@ def test_cli_defaults_follow_the_izmailov_recipe():
     assert values["hyper"] == {"trajectory_length": 0.7854, "adapt_steps": 150,
                                "step_size": 0.005}
     given = reference.with_defaults({"method": "hmc", "steps": 50, "hyper": {"num_leapfrog": 7}})
-    assert given["steps"] == 50 and given["hyper"] == {"num_leapfrog": 7}
+    assert given["steps"] == 50 and given["hyper"] == {"num_leapfrog": 7, "adapt_steps": 25}
+    short = reference.with_defaults({"method": "hmc", "epochs": 60, "burnin": 0})
+    assert short["hyper"]["adapt_steps"] == 0  # burnin=0 means no adaptation, not a default
     assert reference.with_defaults({"method": "nuts", "burnin": 30})["hyper"] == {"warmup": 30}
+    assert reference.with_defaults({"method": "nuts", "burnin": 0})["hyper"] == {"warmup": 0}
+
+
+def test_convergence_flags_chains_that_disagree():
+    g = torch.Generator().manual_seed(0)
+    same = torch.rand(4, 50, 6, 3, generator=g, dtype=torch.float64)
+    conv = reference.convergence(same)
+    assert conv["rhat_split"]["max"] < 1.1 and conv["rhat_split"]["frac_above_1.05"] < 0.5
+    apart = same + torch.arange(4, dtype=torch.float64).view(4, 1, 1, 1)  # shifted chains
+    conv = reference.convergence(apart)
+    assert conv["rhat_split"]["median"] > 2 and conv["rhat_split"]["frac_above_1.05"] == 1.0
+    assert conv["rhat_rank"]["median"] > 2
+
+
+def test_a_chain_started_with_other_options_is_not_reused(built, tmp_path):
+    out = copy_of(built, tmp_path)
+    (out / "reference.json").unlink()  # interrupted after the chains ran
+    with pytest.raises(FileExistsError, match="prior_scale"):
+        tiny_reference(out, prior_scale=0.5)
+    ref = tiny_reference(out, prior_scale=0.5, overwrite=True)
+    assert ref.manifest["config"]["prior_scale"] == 0.5
+
+
+def test_parallel_worker_processes_give_the_same_reference(built, tmp_path):
+    cfg = RunConfig(method="hmc", **TINY)
+    ref = reference.build(cfg, tmp_path / "ref", chains=2, workers=2)
+    torch.testing.assert_close(ref.chain_probs, built[1].chain_probs, rtol=0, atol=1e-6)
+
+
+def test_refuses_regression_data_and_foreign_folders(tmp_path):
+    with pytest.raises(ValueError, match="classification"):
+        tiny_reference(tmp_path / "r", data="uci/yacht")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a bdlkit reference"):
+        tiny_reference(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"

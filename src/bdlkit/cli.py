@@ -26,6 +26,7 @@ import difflib
 import inspect
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     ref = reference.build(cfg, args.out, chains=args.chains, workers=args.workers,
-                          overwrite=args.overwrite, command="bdlkit " + " ".join(argv))
+                          overwrite=args.overwrite, command=shlex.join(["bdlkit", *argv]))
     print((Path(args.out) / "report.md").read_text())
     conv = ref.manifest["convergence"]["rhat_split"]
     print(f"split R-hat of the test predictive: median {conv['median']:.4f}, max "
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     method = _prescan_method(argv) if argv[:1] == ["fit"] else None
     if argv[:1] == ["reference"]:
-        method = next((a for a in argv[1:] if not a.startswith("-")), None)
+        method = next((a for a in argv[1:] if a in ("hmc", "nuts")), None)
     sub_parser = ref_parser if argv[:1] == ["reference"] else fit_parser
     if method in algorithms.METHODS:
         _add_method_options(sub_parser, method)
@@ -333,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as err:
         run_dir = err.checkpoint.parent.parent if err.checkpoint else None
         print(f"\nbdlkit: {err}", file=sys.stderr)
-        if run_dir is not None:
+        if args.command == "reference":
+            print("resume with the same `bdlkit reference ...` command: finished chains are "
+                  "reused and interrupted ones continue", file=sys.stderr)
+        elif run_dir is not None:
             print(f"resume with: bdlkit fit --resume {run_dir}", file=sys.stderr)
         return 128 + int(err.signum)
     except KeyboardInterrupt:

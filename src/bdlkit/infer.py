@@ -22,7 +22,7 @@ from .algorithms import get_method
 from .config import check_keys, method_hyperparameters
 from .problems import BayesianModel, Target
 from .result import Result
-from .runner import NonFiniteError, Runner, default_store
+from .runner import NonFiniteError, Runner, default_store, store_options
 from .types import Algorithm, Problem
 
 __all__ = ["NonFiniteError", "infer"]
@@ -95,7 +95,7 @@ def infer(
     total = runner.num_steps(steps, epochs)
     if algorithm.kind == "sampler":
         runner.store = default_store(total, is_target, None, burnin, thin, max_samples,
-                                     gated=hasattr(algorithm, "keep"))
+                                     **store_options(algorithm))
     config = {
         "hyper": {k: v for k, v in hyper.items() if _is_json(v)},
         "hyper_serializable": all(_is_json(v) for v in hyper.values()),

@@ -50,19 +50,24 @@ RHAT_GOAL = 1.05
 def with_defaults(values: dict[str, Any]) -> dict[str, Any]:
     """``bdlkit reference`` defaults for what ``values`` (RunConfig fields) leave unset: 400
     iterations, the first half warm-up/burn-in; for ``hmc`` the Izmailov et al. (2021)
-    trajectory length (π/2)·prior scale with ε adapted over the first 150 iterations from
-    0.005; for ``nuts`` a warm-up as long as the burn-in."""
+    trajectory length (π/2)·prior scale with ε adapted over the first 150 iterations (at
+    most the burn-in) from 0.005; for ``nuts`` a warm-up as long as the burn-in."""
     values = {**values, "hyper": dict(values.get("hyper") or {})}
     if values.get("steps") is None and values.get("epochs") is None:
         values["steps"] = 400
+    # full batch: one step per epoch
+    length = values["steps"] if values.get("steps") is not None else values["epochs"]
+    burnin = values.get("burnin")
+    warmup = min(150, length // 2) if burnin is None else min(150, burnin)
     hyper = values["hyper"]
     if values["method"] == "hmc" and "num_leapfrog" not in hyper:
         hyper.setdefault("trajectory_length",
                          round(math.pi / 2 * float(values.get("prior_scale", 1.0)), 4))
-        hyper.setdefault("adapt_steps", 150)
         hyper.setdefault("step_size", 0.005)
-    if values["method"] == "nuts" and values.get("steps") is not None:
-        hyper.setdefault("warmup", int(values.get("burnin") or values["steps"] // 2))
+    if values["method"] == "hmc":
+        hyper.setdefault("adapt_steps", warmup)
+    if values["method"] == "nuts":
+        hyper.setdefault("warmup", length // 2 if burnin is None else burnin)
     return values
 
 
@@ -99,22 +104,53 @@ def build(cfg: RunConfig, out: str | os.PathLike, *, chains: int = 4, workers: i
             return load(out)
         raise FileExistsError(f"{out} holds a reference built with other options; pass "
                               "--overwrite to replace it or choose another --out")
-    run_module.load_dataset(cfg)  # bad data or options fail here, before anything is written
+    ds = run_module.load_dataset(cfg)  # bad data or options fail here, before any writing
+    if ds.task != "classification":
+        raise ValueError(f"a reference holds class probabilities; {cfg.data!r} is "
+                         f"{ds.task} data (agreement/TV are defined for classification)")
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise FileExistsError(f"{out} exists and is not a bdlkit reference folder; choose "
+                              "another --out")
+    configs = [dataclasses.replace(cfg, seed=cfg.seed + c) for c in range(chains)]
+    dirs = [out / "chains" / f"chain-{c}" for c in range(chains)]
+    if not overwrite:  # an interrupted reference: its chains must be this reference's
+        for chain_cfg, run_dir in zip(configs, dirs):
+            _check_chain(chain_cfg, run_dir)
     if overwrite or not (out / MARKER).exists():
         run_module.prepare_out(out, overwrite, marker=MARKER,
                                entries=("chains", "reference.json", "probs.safetensors",
                                         "report.md"))
-    configs = [dataclasses.replace(cfg, seed=cfg.seed + c) for c in range(chains)]
-    dirs = [out / "chains" / f"chain-{c}" for c in range(chains)]
     seconds = _run_chains(configs, dirs, workers)
     return _combine(cfg, dirs, seconds, out, chains, command)
+
+
+def _check_chain(cfg: RunConfig, run_dir: Path) -> None:
+    """Refuse to reuse a chain directory that was started with other options."""
+    if not (run_dir / "config.yaml").is_file():
+        return
+    saved = run_module.read_config(run_dir).to_dict()
+    wanted = cfg.to_dict()
+    wanted["hyper"] = {**saved.get("hyper", {}), **wanted["hyper"]}  # saved: defaults filled
+    for key, value in wanted.items():
+        if key in ("data_root", "device", "log_every", "checkpoint_minutes", "batch_size"):
+            continue  # where and how a run is logged, not what it samples (full batch)
+        if value is None and key in ("burnin", "thin", "max_samples", "checkpoint_every"):
+            continue  # defaults, filled in the saved config
+        if saved.get(key) != value:
+            raise FileExistsError(
+                f"{run_dir} is a chain started with {key}={saved.get(key)!r}, not {value!r}; "
+                "pass --overwrite to rebuild the reference, or choose another --out")
 
 
 def _run_chains(configs: list[RunConfig], dirs: list[Path], workers: int | None) -> list[float]:
     workers = workers or min(len(configs), os.cpu_count() or 1)
     threads = max(1, (os.cpu_count() or 1) // workers)
     if workers == 1:
-        return [_run_chain(c, d, threads) for c, d in zip(configs, dirs)]
+        before = torch.get_num_threads()
+        try:
+            return [_run_chain(c, d, threads) for c, d in zip(configs, dirs)]
+        finally:
+            torch.set_num_threads(before)
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         return list(pool.map(_run_chain, configs, dirs, [threads] * len(configs)))
@@ -143,7 +179,7 @@ def chain_predictions(run_dir: Path) -> tuple[Tensor, dict[str, Any], Any]:
     probs = [torch.cat([result.problem.predictive(draw, x[i:i + 2048])
                         for i in range(0, len(x), 2048)]).double()
              for draw in result.iter_draws()]
-    history = result.history
+    history = [h for h in result.history if h["step"] > (cfg.burnin or 0)]  # after warm-up
     accept = [h["accept_prob"] for h in history if "accept_prob" in h]
     stats = {"draws": len(probs), "accept_prob": sum(accept) / len(accept) if accept else None,
              "step_size": history[-1].get("step_size") if history else None}
@@ -224,7 +260,7 @@ def _report(m: dict[str, Any]) -> str:
     conv = m["convergence"]
     rows = [{"statistic": k, **{s: v.get(s) for s in ("median", "max", "frac_above_1.05")}}
             for k, v in conv.items()]
-    stats = [{"chain": c, "draws": s["draws"], "accept_prob": s["accept_prob"],
+    stats = [{"chain": c, "draws": s["draws"], "accept_prob (after burn-in)": s["accept_prob"],
               "step_size": s["step_size"], "seconds": sec}
              for c, (s, sec) in enumerate(zip(m["chain_stats"], m["chain_seconds"]))]
     ok = conv["rhat_split"]["median"] < RHAT_GOAL
@@ -238,8 +274,11 @@ def _report(m: dict[str, Any]) -> str:
         "classes.\n",
         "## Convergence of the test predictive probabilities\n",
         markdown_table(rows, ["statistic", "median", "max", "frac_above_1.05"]), "",
-        f"Median split R-hat {'<' if ok else '>='} {RHAT_GOAL}: "
-        f"{'converged' if ok else 'NOT converged: run longer chains'} by this criterion.\n",
-        "## Chains\n", markdown_table(stats, ["chain", "draws", "accept_prob", "step_size",
-                                             "seconds"]), "",
+        f"Median split R-hat {'<' if ok else '>='} {RHAT_GOAL} "
+        f"({'met' if ok else 'NOT met: run longer chains'}); the max over all "
+        f"{m['num_test'] * m['num_classes']} probabilities is reported next to it. Vehtari "
+        "et al. (2021) recommend rank-normalised R-hat < 1.01 for every quantity, a stricter "
+        "criterion (`rhat_rank`).\n",
+        "## Chains\n", markdown_table(stats, ["chain", "draws", "accept_prob (after burn-in)",
+                                             "step_size", "seconds"]), "",
     ]) + "\n"

@@ -37,7 +37,7 @@ from .problems import BayesianModel
 from .problems.likelihoods import Gaussian, cat_predictives
 from .result import Result
 from .runlog import read_log
-from .runner import Runner, default_store, for_run
+from .runner import Runner, default_store, for_run, store_options
 from .serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
 
 TASKS = ("classification", "regression")
@@ -126,7 +126,7 @@ def attach_store(runner: Runner, cfg: RunConfig, total: int) -> None:
     if runner.algorithm.kind == "sampler":
         runner.store = default_store(
             total, False, runner.run_dir, cfg.burnin, cfg.thin, cfg.max_samples,
-            gated=hasattr(runner.algorithm, "keep"),
+            **store_options(runner.algorithm),
         )
 
 
@@ -138,6 +138,7 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
         if value is None and isinstance(getattr(runner.algorithm, name, None), (int, float)):
             values["hyper"][name] = getattr(runner.algorithm, name)
     values["checkpoint_every"] = runner.checkpoint_every
+    values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)
     if runner.store is not None:
         store = runner.store
         values.update(burnin=store.burnin, thin=store.thin, max_samples=store.max_samples)

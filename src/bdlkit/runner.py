@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ class Interrupted(KeyboardInterrupt):
         name = signal.Signals(signum).name
         super().__init__(f"interrupted by {name} after step {step}{where}")
         self.step, self.checkpoint, self.signum = step, checkpoint, signum
+
+    def __reduce__(self) -> tuple:  # picklable, e.g. from a worker process
+        return (Interrupted, (self.step, self.checkpoint, self.signum))
 
 
 class Runner:
@@ -184,7 +188,7 @@ class Runner:
         sampler = self.algorithm.kind == "sampler"
         if sampler and self.store is None:
             self.store = default_store(total, isinstance(self.problem, Target), self.run_dir,
-                                       gated=hasattr(self.algorithm, "keep"))
+                                       **store_options(self.algorithm))
         keep = getattr(self.algorithm, "keep", None)
         state, start, history, elapsed = self._start(total, resume)
         log = self.run_dir / "log.jsonl" if self.run_dir else None
@@ -332,6 +336,13 @@ class Runner:
             self.store.collect_garbage()
 
 
+def store_options(algorithm: Algorithm) -> dict[str, Any]:
+    """What an algorithm tells :func:`default_store`: whether it chooses its own draws
+    (``keep``) and how long it adapts itself (``warmup_steps``)."""
+    return {"gated": hasattr(algorithm, "keep"),
+            "warmup": int(getattr(algorithm, "warmup_steps", 0))}
+
+
 def for_run(algorithm: Algorithm, total: int) -> Algorithm:
     """``algorithm.for_run(total)`` for algorithms whose schedule depends on the run length
     (cyclical SG-MCMC with ``cycle_steps=None``), else ``algorithm`` itself."""
@@ -347,13 +358,27 @@ def default_store(
     thin: int | None = None,
     max_samples: int | None = None,
     gated: bool = False,
+    warmup: int = 0,
 ) -> SampleStore:
     """The default sample store: first half burn-in; about 1 000 (Target, per chain) or
     100 (network) thinned draws kept; on disk under ``run_dir/samples`` when given.
 
     ``gated``: the algorithm chooses its draws itself (``keep(t)``, cyclical SG-MCMC), so
-    the defaults are no burn-in and no thinning (only the cap applies)."""
-    burnin = (0 if gated else total // 2) if burnin is None else burnin
+    the defaults are no burn-in and no thinning (only the cap applies). ``warmup``: the
+    algorithm adapts itself for that many steps (HMC's step size, NUTS's warm-up), so the
+    default burn-in is at least that long, and a shorter one given by the user warns."""
+    if warmup >= total:
+        raise ValueError(
+            f"the sampler adapts its step size for {warmup} steps, the whole run of {total} "
+            "steps, so no draw would come from the tuned sampler: lower adapt_steps (hmc) or "
+            "warmup (nuts), or run more steps"
+        )
+    if burnin is None:
+        burnin = 0 if gated else max(total // 2, warmup)
+    elif burnin < warmup:
+        warnings.warn(f"burnin={burnin} keeps draws from the first {warmup} steps, in which "
+                      "the sampler still adapts its step size: they are not from the "
+                      "stationary chain; use burnin >= the warm-up", stacklevel=3)
     if not 0 <= burnin < total:
         raise ValueError(f"burnin must be in [0, steps={total}), got {burnin}")
     keep = 1000 if is_target else 100

@@ -35,6 +35,18 @@ def test_phases_and_sampling_windows():
     assert kept == [88, 94, 100, 188, 194, 200]
 
 
+def test_zhang_et_al_windows_with_sample_spacing():
+    """50-epoch cycles of S steps, noise in the last 5 epochs, draws at the ends of epochs
+    48, 49 and 50 (``algorithms.md`` A.4.2), here with S = 10 steps per epoch."""
+    target, _, _ = correlated_target()
+    alg = csghmc.build(target, cycle_steps=500, explore_frac=0.9, samples_per_cycle=3,
+                       sample_spacing=10)
+    assert [t for t in range(1, 1001) if alg.keep(t)] == [480, 490, 500, 980, 990, 1000]
+    assert not alg.sampling(449) and alg.sampling(450)
+    with pytest.raises(ValueError, match="sample_spacing"):
+        csghmc.build(target, sample_spacing=0)
+
+
 def test_noise_only_in_the_sampling_phase():
     target, _, _ = correlated_target()
     alg = csghmc.build(target, lr=0.1, cycle_steps=10, explore_frac=0.5)

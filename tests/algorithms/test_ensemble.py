@@ -92,9 +92,9 @@ def test_members_start_from_different_initialisations():
     frn = bdlkit.BayesianModel(ResNetFRN(depth=8, num_classes=3, in_channels=1, width=4),
                                num_data=10)
     fresh = frn.random_init(torch.Generator())
-    assert torch.equal(fresh["stem_frn.gamma"], torch.ones(4))  # no reset_parameters: kept
+    assert torch.equal(fresh["stem_frn.gamma"], torch.ones(4))  # FRN constants kept
     assert not torch.equal(fresh["stem.weight"], frn.init_params()["stem.weight"])
-    assert fresh["head.weight"].abs().sum() > 0  # nn.Linear's default, not the zero head
+    assert fresh["head.weight"].abs().sum() == 0  # the root reset_parameters: zero head
 
 
 def test_members_find_both_modes_of_a_mixture():
@@ -143,8 +143,8 @@ def test_runner_result_is_the_bma_over_members(fitted):
     assert {"log_prob", "log_prob_min", "log_prob_max"} <= set(res.history[-1])
 
 
-def test_save_and_load_restore_the_members(fitted, tmp_path, monkeypatch):
-    monkeypatch.setitem(algorithms.METHODS, "ensemble", ensemble)  # until it is registered
+def test_save_and_load_restore_the_members(fitted, tmp_path):
+    assert algorithms.METHODS["ensemble"] is ensemble  # result.load builds it by name
     res, ds, _ = fitted
     res.save(tmp_path)
     back = result.load(tmp_path, problem=classifier())

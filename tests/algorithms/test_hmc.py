@@ -226,3 +226,16 @@ def test_protocol_attributes():
     alg = hmc.build(correlated_target()[0])
     assert (alg.name, alg.kind, hmc.KIND, hmc.HMC.full_batch) == ("hmc", "sampler", "sampler",
                                                                    True)
+
+
+def test_default_burnin_covers_the_adaptation():
+    """Draws taken while ε still adapts are never kept by default; a shorter user burn-in
+    warns, and an adaptation as long as the run is refused."""
+    target, _, _ = correlated_target()
+    res = bdlkit.infer(target, "hmc", steps=60, adapt_steps=40, num_leapfrog=3, chains=2)
+    assert res.store.burnin == 40
+    with pytest.warns(UserWarning, match="still adapts"):
+        bdlkit.infer(target, "hmc", steps=60, adapt_steps=40, num_leapfrog=3, chains=2,
+                     burnin=10)
+    with pytest.raises(ValueError, match="whole run"):
+        bdlkit.infer(target, "hmc", steps=40, adapt_steps=40, num_leapfrog=3, chains=2)

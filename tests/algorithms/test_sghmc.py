@@ -49,6 +49,26 @@ def test_temperature_zero_is_sgd_with_momentum():
         torch.testing.assert_close(params[k], torch_params[k].detach(), rtol=1e-12, atol=1e-13)
 
 
+def test_noise_free_sghmc_step_is_sgd_with_momentum():
+    """The sampler's own step with the noise off (T → 0; the exploration phase of cSGHMC)
+    follows torch.optim.SGD(momentum=1-α) at a constant lr, step after step."""
+    model, (x, y) = _model_and_data()
+    lr, alpha = 0.05, 0.1
+    alg = sghmc.build(model, lr=lr, alpha=alpha)
+    state = alg.init(model.init_params(), generator=torch.Generator().manual_seed(0))
+    torch_params = {k: v.clone().requires_grad_(True) for k, v in model.init_params().items()}
+    opt = torch.optim.SGD(torch_params.values(), lr=lr, momentum=1 - alpha)
+    for t in range(30):
+        batch = (x[t % 4 * 16:(t % 4 + 1) * 16], y[t % 4 * 16:(t % 4 + 1) * 16])
+        state, info = alg.advance(state, batch, lr, noise=False)
+        opt.zero_grad()
+        (-model.log_posterior(torch_params, batch) / model.num_data).backward()
+        opt.step()
+        assert info["noise"] == 0.0
+    for k, v in state.params.items():
+        torch.testing.assert_close(v, torch_params[k].detach(), rtol=1e-12, atol=1e-13)
+
+
 def test_alpha_one_is_sgld_draw_for_draw():
     target, _, _ = correlated_target()
     start = target.init_params(torch.Generator().manual_seed(0), 5)
@@ -82,6 +102,9 @@ def test_noise_estimate_lowers_the_injected_noise():
                            lr=0.5, alpha=0.05, noise_estimate=estimate, noise_decay=0.9,
                            burnin=100, thin=1)
         spread[estimate] = sum(float(v.std(0).mean()) for v in res.samples.values())
+        clipped = [h.get("noise_clipped") for h in res.history]
+        assert all(c is None for c in clipped) if not estimate else all(
+            0 <= c <= 1 for c in clipped)
     assert spread[True] < spread[False]
 
 

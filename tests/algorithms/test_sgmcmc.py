@@ -48,8 +48,8 @@ def test_preserves_the_target_from_exact_draws(method):
     hyper, steps = SETTINGS[method]
     chains = 400
     start = exact_draws(mean, cov, chains, seed=7)
-    if method.startswith("cs"):  # one cycle; the cycle's last kept draw of every chain
-        hyper = {**hyper, "cycles": 1, "cycle_steps": 300}
+    if method.startswith("cs"):  # noise all along one cycle; its last kept draw per chain
+        hyper = {**hyper, "cycles": 1, "cycle_steps": 300, "explore_frac": 0.0}
         res = bdlkit.infer(target, method, steps=300, init=start, seed=2, **hyper)
     else:
         res = bdlkit.infer(target, method, steps=200, init=start, seed=2, burnin=199, thin=1,

@@ -211,3 +211,23 @@ def test_registry_and_build_model():
 def test_no_torchvision_import():
     code = "import sys, bdlkit.models; sys.exit('torchvision' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("init", ["torch", "haiku"])
+def test_reset_parameters_repeats_the_constructor_init(init):
+    """A root reset_parameters redraws what the constructor drew (deep-ensemble members)."""
+    torch.manual_seed(3)
+    built = ConvNet((1, 8, 8), width=4, depth=2, init=init)
+    again = ConvNet((1, 8, 8), width=4, depth=2, init=init)
+    torch.manual_seed(3)
+    again.reset_parameters()
+    for (name, a), b in zip(built.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), name
+    net = resnet20_frn(num_classes=10)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)
+    net.reset_parameters()
+    assert torch.all(net.head.weight == 0) and torch.all(net.head.bias == 0)
+    assert torch.all(net.stem_frn.gamma == 1) and torch.all(net.stem_frn.tau == 0)
+    assert net.stem.weight.abs().max() < 1.0  # redrawn, not left at +1

@@ -19,6 +19,7 @@ The temperature lives in the problem only (``BayesianModel(temperature=...)``,
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -49,8 +50,10 @@ def add_noise(tree: TensorTree, variance: float | TensorTree,
 
 
 def check_rate(name: str, value: object) -> None:
-    """A constant rate must be > 0 (a schedule is checked when called)."""
-    if not callable(value) and not (isinstance(value, (int, float)) and value > 0):
+    """A constant rate must be a real number > 0 (a schedule is checked when called)."""
+    if callable(value):
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"{name} must be > 0 or a schedule, got {value!r}")
 
 

@@ -12,10 +12,14 @@ Each cycle has two phases, by the position u = mod(k, P)/P:
   fast to a new mode while the step size is large;
 * sampling, u ≥ ``explore_frac``: the full SG-MCMC step with noise.
 
-Draws are kept only in the sampling phase: ``samples_per_cycle`` draws per cycle, evenly
-spaced and ending at the cycle's last step (the runner asks :meth:`keep`); Zhang et al.'s
-CIFAR script keeps 3 per 50-epoch cycle (epochs 48-50), with noise in the last 5 epochs
-(``explore_frac`` = 0.9; bdlkit's default 0.8 samples a longer stretch of each cycle).
+Draws are kept only in the sampling phase: ``samples_per_cycle`` draws per cycle,
+``sample_spacing`` steps apart (default: spread evenly over the sampling phase) and ending
+at the cycle's last step (the runner asks :meth:`keep`). Zhang et al.'s CIFAR script keeps
+3 per 50-epoch cycle, at the ends of epochs 48-50, with noise in the last 5 epochs: with
+S steps per epoch that is ``cycle_steps=50*S, explore_frac=0.9, samples_per_cycle=3,
+sample_spacing=S`` (bdlkit's default ``explore_frac=0.8`` samples a longer stretch). The
+runner's ``thin`` and ``burnin`` still apply on top, by step number (``burnin`` skips whole
+early cycles; leave ``thin`` at its default 1).
 ``cycle_steps=None`` splits the run into ``cycles`` equal cycles, P = ⌈K/cycles⌉ for K
 total steps (the paper's form); the runner fixes it when the run length is known.
 Defaults follow the cSGMCMC code: lr_0 = 0.5 and α = 0.9 for cSGHMC (A.4.2).
@@ -46,6 +50,7 @@ class CyclicalSGHMC:
     cycle_steps: int | None = None
     explore_frac: float = 0.8
     samples_per_cycle: int = 3
+    sample_spacing: int | None = None
     name: str = "csghmc"
     kind: str = KIND
 
@@ -79,7 +84,7 @@ class CyclicalSGHMC:
         period = self.schedule.cycle_steps
         first = math.ceil(self.explore_frac * period)  # first sampling position
         back = period - 1 - k % period  # steps until the cycle's end
-        spacing = max(1, (period - first) // self.samples_per_cycle)
+        spacing = self.sample_spacing or max(1, (period - first) // self.samples_per_cycle)
         return (self.sampling(k) and back % spacing == 0
                 and back // spacing < self.samples_per_cycle)
 
@@ -97,7 +102,7 @@ class CyclicalSGHMC:
 
 
 def check_cycles(cycles: int, cycle_steps: int | None, explore_frac: float,
-                 samples_per_cycle: int) -> None:
+                 samples_per_cycle: int, sample_spacing: int | None = None) -> None:
     if int(cycles) != cycles or cycles < 1:
         raise ValueError(f"cycles must be an integer >= 1, got {cycles!r}")
     if cycle_steps is not None and (int(cycle_steps) != cycle_steps or cycle_steps < 2):
@@ -106,6 +111,10 @@ def check_cycles(cycles: int, cycle_steps: int | None, explore_frac: float,
         raise ValueError(f"explore_frac must be in [0, 1), got {explore_frac}")
     if int(samples_per_cycle) != samples_per_cycle or samples_per_cycle < 1:
         raise ValueError(f"samples_per_cycle must be an integer >= 1, got {samples_per_cycle!r}")
+    if sample_spacing is not None and (int(sample_spacing) != sample_spacing
+                                       or sample_spacing < 1):
+        raise ValueError(f"sample_spacing must be an integer >= 1 (or None), got "
+                         f"{sample_spacing!r}")
 
 
 def build(
@@ -116,21 +125,25 @@ def build(
     cycle_steps: int | None = None,
     explore_frac: float = 0.8,
     samples_per_cycle: int = 3,
+    sample_spacing: int | None = None,
 ) -> CyclicalSGHMC:
     """cSGHMC: peak per-datum step ``lr``, friction ``alpha``, ``cycles`` cosine cycles (or
     cycles of ``cycle_steps`` steps), noise and kept draws in the last 1 − ``explore_frac``
-    of each cycle, ``samples_per_cycle`` draws per cycle."""
+    of each cycle, ``samples_per_cycle`` draws per cycle ``sample_spacing`` steps apart."""
     return _build(problem, lr, alpha, cycles, cycle_steps, explore_frac, samples_per_cycle,
-                  "csghmc")
+                  sample_spacing, "csghmc")
 
 
 def _build(problem: Problem, lr: float, alpha: float, cycles: int, cycle_steps: int | None,
-           explore_frac: float, samples_per_cycle: int, name: str) -> CyclicalSGHMC:
+           explore_frac: float, samples_per_cycle: int, sample_spacing: int | None,
+           name: str) -> CyclicalSGHMC:
     if not (isinstance(lr, (int, float)) and lr > 0):
         raise ValueError(f"lr (the peak step size) must be a number > 0, got {lr!r}")
     check_friction(alpha)
-    check_cycles(cycles, cycle_steps, explore_frac, samples_per_cycle)
+    check_cycles(cycles, cycle_steps, explore_frac, samples_per_cycle, sample_spacing)
     return CyclicalSGHMC(problem, lr=float(lr), alpha=float(alpha), cycles=int(cycles),
                          cycle_steps=None if cycle_steps is None else int(cycle_steps),
                          explore_frac=float(explore_frac),
-                         samples_per_cycle=int(samples_per_cycle), name=name)
+                         samples_per_cycle=int(samples_per_cycle),
+                         sample_spacing=None if sample_spacing is None else int(sample_spacing),
+                         name=name)

@@ -20,7 +20,8 @@ def build(
     cycle_steps: int | None = None,
     explore_frac: float = 0.8,
     samples_per_cycle: int = 3,
+    sample_spacing: int | None = None,
 ) -> CyclicalSGHMC:
     """cSGLD: peak per-datum step ``lr`` and the cycles of :func:`csghmc.build`."""
     return _build(problem, lr, 1.0, cycles, cycle_steps, explore_frac, samples_per_cycle,
-                  "csgld")
+                  sample_spacing, "csgld")

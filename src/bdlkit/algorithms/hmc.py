@@ -31,9 +31,10 @@ with ᾱ_m the mean acceptance probability over chains, δ = ``target_accept``,
   averaging needs a few hundred iterations in low dimension; shorter runs end with a small
   ε (acceptance above target).
 - Cache: value and score at the current point live in the state, so an iteration costs L
-  gradient evaluations, not L+1. This assumes every step sees the same (full) batch; the
-  runner may reorder its rows, which changes the value only by rounding. With changing
-  minibatches the cache would be stale (and HMC is invalid there anyway).
+  gradient evaluations, not L+1. This assumes every step sees the same full batch (the
+  runner gives full-batch algorithms the data itself, in a fixed order). With changing
+  batches (minibatches, or a one-batch DataLoader with random augmentation) the cache
+  would be stale, and HMC is invalid there anyway.
 - ε is a step on U itself (not per-datum like SGLD's ``lr``): for N data points it shrinks
   roughly like 1/√N. Dtype follows the params: a float64 Target or a ``.double()`` model
   runs in float64 throughout (the float64 option of the Izmailov recipe).
@@ -154,6 +155,11 @@ class HMC:
 
     def params(self, state: HMCState) -> TensorTree:
         return state.params
+
+    @property
+    def warmup_steps(self) -> int:
+        """Iterations spent adapting ε: the runner's default burn-in covers them."""
+        return self.adapt_steps
 
     def step_size_now(self, state: HMCState) -> float:
         """The ε the next iteration uses (ε̄ once adaptation is over)."""

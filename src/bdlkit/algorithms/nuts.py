@@ -24,7 +24,7 @@ state and batch in, same state out, and checkpoints resume bit-exactly. Inside w
 adaptation's running sums (dual averaging, Welford) are not in the state, so a rebuild
 restarts Pyro's adaptation windows over the remaining warm-up steps from the recorded step
 size and mass matrix: a valid warm-up, but not the uninterrupted trajectory. Discard the
-warm-up (runner ``burnin >= warmup``). Info: ``log_prob`` (summed over chains),
+warm-up (the runner's default burn-in covers it and warns about a shorter one). Info: ``log_prob`` (summed over chains),
 ``accept_prob``, ``step_size``, ``tree_depth`` (means over chains), ``num_grads`` (sum).
 """
 
@@ -114,6 +114,11 @@ class NUTS:
 
     def params(self, state: NUTSState) -> TensorTree:
         return state.params
+
+    @property
+    def warmup_steps(self) -> int:
+        """Transitions of Pyro's adaptation: the runner's default burn-in covers them."""
+        return self.warmup
 
     def _kernel(self, state: NUTSState, z: Tensor, step_size: float, inverse_mass: Tensor,
                 cache: dict[str, Any]) -> Any:

@@ -14,7 +14,9 @@ estimate of the per-coordinate variance of g, Chen et al.'s β̂ = lr·N·V̂/(2
 for the noise the minibatch gradient already carries: with ``noise_estimate=True`` it is
 the running variance ``EMA(g²) − EMA(g)²`` with decay ``noise_decay`` (a heuristic in the
 spirit of Springenberg et al. 2016: it also counts the drift of g along the trajectory);
-the injected variance is clipped at 0.
+the injected variance is clipped at 0 (``info["noise_clipped"]``: the fraction of
+coordinates where the estimate used up the whole noise budget, which makes the step SGD
+there; a large value means lr is too large for the gradient noise).
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ import torch
 
 from .. import rng
 from ..schedules import Schedule, resolve
-from ..tree import TensorTree, detach_clone, device_of, pytree_dataclass, tree_map, zeros_like
+from ..tree import (
+    TensorTree,
+    detach_clone,
+    device_of,
+    pytree_dataclass,
+    tree_leaves,
+    tree_map,
+    zeros_like,
+)
 from ..types import Batch, Info, Problem
 from ._sgmcmc import add_noise, check_rate, loss_gradient, noise_variance
 
@@ -98,11 +108,15 @@ class SGHMC:
         grad = loss_gradient(self.problem, score)
         var = noise_variance(lr, self.alpha, self.problem.temperature, self.problem.num_data)
         mean = sq = None
+        info: Info = {}
         if self.noise_estimate:
             b = self.noise_decay
             mean = tree_map(lambda m, g: b * m + (1 - b) * g, state.grad_mean, grad)
             sq = tree_map(lambda s, g: b * s + (1 - b) * g * g, state.grad_sq, grad)
             var = tree_map(lambda m, s: var - lr**2 * (s - m * m).clamp_min(0), mean, sq)
+            leaves = tree_leaves(var)  # where V̂ exceeds the budget no noise is injected
+            clipped = sum(int((v <= 0).sum()) for v in leaves)
+            info["noise_clipped"] = clipped / max(1, sum(v.numel() for v in leaves))
         if not noise:
             var = 0.0
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
@@ -110,7 +124,7 @@ class SGHMC:
                                          alpha=self.alpha, noise_var=var, generator=gen)
         new = SGHMCState(params=params, momentum=momentum, rng_state=rng.state_of(gen),
                          step=state.step + 1, grad_mean=mean, grad_sq=sq)
-        return new, {"log_prob": value, "lr": lr, "noise": float(noise)}
+        return new, {"log_prob": value, "lr": lr, "noise": float(noise), **info}
 
     def params(self, state: SGHMCState) -> TensorTree:
         return state.params

@@ -89,7 +89,17 @@ class ConvNet(nn.Module):
             self.head = nn.Linear(flat, num_classes)
         else:
             self.head = nn.Sequential(nn.Linear(flat, 20), nn.Linear(20, num_classes))
+        self.init = init
         if init == "haiku":
+            haiku_init_(self)
+
+    def reset_parameters(self) -> None:
+        """The constructor's initialisation, again (PyTorch defaults, or Haiku-style with
+        ``init="haiku"``); used by :meth:`bdlkit.BayesianModel.random_init`."""
+        for m in self.modules():
+            if m is not self and callable(getattr(m, "reset_parameters", None)):
+                m.reset_parameters()
+        if self.init == "haiku":
             haiku_init_(self)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -109,6 +109,19 @@ class ResNetFRN(nn.Module):
                 channels = out_channels
         self.blocks = nn.Sequential(*blocks)
         self.head = nn.Linear(channels, num_classes)
+        self.reset_parameters(layers=False)
+
+    def reset_parameters(self, layers: bool = True) -> None:
+        """The constructor's initialisation, again: PyTorch's default for the convolutions
+        (``layers``), FRN's gamma = 1, beta = tau = 0, and the zero head (used by
+        :meth:`bdlkit.BayesianModel.random_init`, e.g. for deep-ensemble members)."""
+        for m in self.modules():
+            if layers and isinstance(m, nn.Conv2d):
+                m.reset_parameters()
+            elif isinstance(m, FilterResponseNorm):
+                nn.init.ones_(m.gamma)
+                nn.init.zeros_(m.beta)
+                nn.init.zeros_(m.tau)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 

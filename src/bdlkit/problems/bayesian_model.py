@@ -135,9 +135,10 @@ class BayesianModel:
         RNG seeded from ``generator``, its root ``reset_parameters()`` if it defines one, else
         every submodule's ``reset_parameters()`` in ``modules()`` order. Parameters that no
         ``reset_parameters`` touches keep their ``init_params`` value: FRN's gamma/beta/tau,
-        ViT's ``cls_token``/``pos_embed``. Layers follow PyTorch's default init, not the
-        constructor's: ResNet-FRN's zero head and ``ConvNet(init="haiku")`` get
-        ``nn.Linear``/``nn.Conv2d`` defaults. Same names, shapes, dtypes and devices as
+        ViT's ``cls_token``/``pos_embed``. A root ``reset_parameters`` should repeat the
+        constructor's initialisation, as the zoo's ResNet-FRN (zero head, FRN constants) and
+        ``ConvNet`` (PyTorch or Haiku-style) do, so that every member is drawn from the same
+        distribution as the module itself. Same names, shapes, dtypes and devices as
         ``init_params``; the likelihood's parameters are their initial values. Costs one
         temporary copy of the module.
         """
