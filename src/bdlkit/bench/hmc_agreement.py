@@ -56,9 +56,11 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     ref_cfg = RunConfig(**reference.with_defaults(ref_values))
     start = time.perf_counter()
     chains = 2 if quick else 4
+    reused = (runs / "reference" / "reference.json").is_file()
     try:
         ref = reference.build(ref_cfg, runs / "reference", chains=chains)
     except FileExistsError:  # a reference of another setting (e.g. --quick): rebuild
+        reused = False
         ref = reference.build(ref_cfg, runs / "reference", chains=chains, overwrite=True)
     ref_seconds = time.perf_counter() - start
     rows = [_reference_row(ref, ref_cfg)]
@@ -81,8 +83,11 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
              f"{ref.manifest['chains']} HMC chains x {ref.manifest['draws_per_chain']} draws "
              f"(`{ref_cfg.hyper}`, {ref_cfg.steps} iterations), split R-hat of the test "
              f"predictive median {conv['rhat_split']['median']:.4f}, max "
-             f"{conv['rhat_split']['max']:.4f}, built in {ref_seconds:.0f} s "
-             "(0 s when reused); each method: "
+             f"{conv['rhat_split']['max']:.4f}; chains of "
+             f"{max(ref.manifest['chain_seconds']):.0f} s at most, "
+             f"{sum(ref.manifest['chain_seconds']):.0f} s in total "
+             f"({'reused from an earlier run' if reused else f'built in {ref_seconds:.0f} s'}"
+             "); each method: "
              f"{steps} steps, batch 128, {seeds} seed(s), mean (std over seeds)")
     note = ("agreement = fraction of test points whose top class matches HMC's; total_variation "
             "= mean of 1/2 sum_c |p - p_HMC| (lower is better). The `hmc` row is the reference "
