@@ -2,7 +2,8 @@
 
 ``Result.sample(n)`` returns draws from what was inferred: the last ``n`` kept draws
 of a sampler, ``n`` draws of a VI approximation, the first ``n`` members of a deep
-ensemble, or the point estimate repeated for an optimiser. ``Result.predict(x)`` is the Bayesian model average over draws::
+ensemble, or the point estimate repeated for an optimiser. ``Result.predict(x)`` is the
+Bayesian model average over draws::
 
     p(y | x, D) ≈ (1/S) Σ_s p(y | x, θ_s)
 

@@ -24,8 +24,9 @@ state and batch in, same state out, and checkpoints resume bit-exactly. Inside w
 adaptation's running sums (dual averaging, Welford) are not in the state, so a rebuild
 restarts Pyro's adaptation windows over the remaining warm-up steps from the recorded step
 size and mass matrix: a valid warm-up, but not the uninterrupted trajectory. Discard the
-warm-up (the runner's default burn-in covers it and warns about a shorter one). Info: ``log_prob`` (summed over chains),
-``accept_prob``, ``step_size``, ``tree_depth`` (means over chains), ``num_grads`` (sum).
+warm-up (the runner's default burn-in covers it and warns about a shorter one).
+Info: ``log_prob`` (summed over chains), ``accept_prob``, ``step_size``, ``tree_depth``
+(means over chains), ``num_grads`` (sum).
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ def write_results(out: Path, suite: str, quick: bool, command: str | None, title
     save_json(out / "results.json", {"suite": suite, "command": command, **meta,
                                      "machine": machine, "rows": rows})
     text = (f"# {suite}: {title}\n\nCommand: `{command}`  \n{setup}; machine: {machine}\n\n"
-            f"{report.markdown_table(rows if table is None else table, floatfmt=floatfmt)}\n" + (f"\n{note}\n" if note else ""))
+            f"{report.markdown_table(rows if table is None else table, floatfmt=floatfmt)}\n"
+            + (f"\n{note}\n" if note else ""))
     atomic_write_bytes(out / "results.md", text.encode())
     return command

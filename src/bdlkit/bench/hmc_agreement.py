@@ -91,7 +91,8 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
              f"{steps} steps, batch 128, {seeds} seed(s), mean (std over seeds)")
     note = ("agreement = fraction of test points whose top class matches HMC's; total_variation "
             "= mean of 1/2 sum_c |p - p_HMC| (lower is better). The `hmc` row is the reference "
-            "itself; its `train_s` is the sum over its chains (run in parallel worker processes), the "
+            "itself; its `train_s` is the sum over its chains (run in parallel worker "
+            "processes), the "
             "others' the runner's wall time per seed.")
     write_results(out, "hmc-agreement", quick, command, "agreement with an HMC reference",
                   setup, rows, {"steps": steps, "seeds": seeds, "reference": ref.manifest},
