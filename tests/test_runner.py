@@ -125,6 +125,14 @@ def test_resume_refuses_a_different_configuration_and_fresh_runs_refuse_a_used_d
         _runner(blr, tmp_path / "empty").fit(50, resume=True)
 
 
+def test_resume_refuses_a_checkpoint_of_another_update_rule_version(blr, tmp_path, monkeypatch):
+    _runner(blr, tmp_path).fit(20)
+    sgld_class = type(get_method("sgld").build(blr[0]))
+    monkeypatch.setattr(sgld_class, "VERSION", sgld_class.VERSION + 1)
+    with pytest.raises(ValueError, match="update rule differs"):
+        _runner(blr, tmp_path).fit(20, resume=True)
+
+
 def test_eval_every_and_log_every(blr):
     model, data, _, _ = blr
     calls = []

@@ -241,7 +241,8 @@ class Runner:
 
     def fingerprint(self) -> dict[str, str]:
         """What must not change between a run and its resume, as text for the checkpoint:
-        the algorithm's hyperparameters, the problem, the batch size and the chains."""
+        the algorithm's hyperparameters and the version of its update rule (a class's
+        ``VERSION``, 1 if absent), the problem, the batch size and the chains."""
         algorithm = self.algorithm
         if dataclasses.is_dataclass(algorithm):
             hyper = {f.name: repr(getattr(algorithm, f.name))
@@ -249,6 +250,7 @@ class Runner:
         else:
             hyper = {"algorithm": type(algorithm).__name__}
         return {"hyperparameters": json.dumps(hyper, sort_keys=True),
+                "algorithm_version": str(getattr(algorithm, "VERSION", 1)),
                 "problem": repr(self.problem),
                 "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
                         f"chains={self.chains}"}
@@ -276,9 +278,16 @@ class Runner:
         expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
                     **self.fingerprint()}
         for key, value in expected.items():
-            if meta.get(key) != value:
+            saved = meta.get(key, "1" if key == "algorithm_version" else None)
+            if key == "algorithm_version" and saved != value:
                 raise ValueError(
-                    f"checkpoint {path} was written with {key}={meta.get(key)!r} but this run "
+                    f"checkpoint {path} was written by version {saved} of {self.algorithm.name}"
+                    f", whose update rule differs from this bdlkit's (version {value}); finish "
+                    "the run with the bdlkit release that started it, or start it again"
+                )
+            if saved != value:
+                raise ValueError(
+                    f"checkpoint {path} was written with {key}={saved!r} but this run "
                     f"has {key}={value!r}; resume with the run's own configuration"
                 )
         try:

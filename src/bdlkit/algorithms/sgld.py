@@ -14,6 +14,7 @@ the paper). For a :class:`~bdlkit.Target` N = T = 1 and ``lr`` is η itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -35,6 +36,9 @@ class SGLDState:
 
 @dataclass(frozen=True)
 class SGLD:
+    #: 2: the per-datum untempered drift (T scales only the noise); 1 scaled the drift by 1/T.
+    #: Checkpoints of another version are not resumed (bdlkit.Runner.fingerprint).
+    VERSION: ClassVar[int] = 2
     problem: Problem
     lr: float | Schedule = 0.1
     name: str = "sgld"
