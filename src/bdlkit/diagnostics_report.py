@@ -63,7 +63,7 @@ def sampler_diagnostics(result: Result, x_probe: Tensor) -> dict[str, Any]:
         "weights_rhat_frac_below_1.2": summary["frac_below_1.2"],
         "layers": layers,
     }
-    probs = _probe_predictions(result, x_probe)  # (S, n_probe, K) or (S, n_probe)
+    probs = draw_predictions(result, x_probe)  # (S, n_probe, K) or (S, n_probe)
     flat = probs.reshape(count, -1)
     f_rhat = summarize(rhat_split_sommer(flat[None])[0])
     out.update({
@@ -94,10 +94,15 @@ def _draws_of(result: Result, key: str) -> Tensor:
     return result.samples[key]
 
 
-def _probe_predictions(result: Result, x: Tensor) -> Tensor:
+def draw_predictions(result: Result, x: Tensor, chunk_size: int = 2048) -> Tensor:
+    """Each kept draw's prediction at ``x`` (class probabilities, or a Gaussian's mean),
+    stacked in float64: ``(draws, n, K)`` or ``(draws, n)``; ``x`` in chunks of ``chunk_size``."""
     preds = []
     for theta in result.iter_draws():
         theta = {k: v.to(x.device) for k, v in theta.items()}
-        pred = result.problem.predictive(theta, x)
-        preds.append(pred.mean if isinstance(pred, GaussianPredictive) else pred)
+        parts = []
+        for i in range(0, len(x), chunk_size):
+            pred = result.problem.predictive(theta, x[i:i + chunk_size])
+            parts.append(pred.mean if isinstance(pred, GaussianPredictive) else pred)
+        preds.append(torch.cat(parts))
     return torch.stack(preds).double()

@@ -39,6 +39,7 @@ from . import run as run_module
 from .algorithms import get_method
 from .config import RunConfig
 from .diagnostics import ess_bulk_vehtari21, rhat_split, rhat_vehtari21
+from .diagnostics_report import draw_predictions
 from .report import markdown_table
 from .serialization import atomic_write_bytes, load_json, load_tensors, save_json, save_tensors
 
@@ -175,15 +176,12 @@ def _run_chain(cfg: RunConfig, run_dir: Path, threads: int) -> float:
 def chain_predictions(run_dir: Path) -> tuple[Tensor, dict[str, Any], Any]:
     """Test probabilities of every kept draw of the run in ``run_dir``: (draws, n, K)."""
     result, cfg, ds = run_module.load_run(run_dir)
-    x = ds.x_test
-    probs = [torch.cat([result.problem.predictive(draw, x[i:i + 2048])
-                        for i in range(0, len(x), 2048)]).double()
-             for draw in result.iter_draws()]
+    probs = draw_predictions(result, ds.x_test)
     history = [h for h in result.history if h["step"] > (cfg.burnin or 0)]  # after warm-up
     accept = [h["accept_prob"] for h in history if "accept_prob" in h]
     stats = {"draws": len(probs), "accept_prob": sum(accept) / len(accept) if accept else None,
              "step_size": history[-1].get("step_size") if history else None}
-    return torch.stack(probs), stats, ds
+    return probs, stats, ds
 
 
 def convergence(per_chain: Tensor) -> dict[str, Any]:
