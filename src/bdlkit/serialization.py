@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
@@ -53,10 +53,22 @@ def _umask() -> int:
     return mask
 
 
-def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor]) -> None:
-    """Atomically write a flat dict of tensors as safetensors."""
+def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor],
+                 metadata: dict[str, str] | None = None) -> None:
+    """Atomically write a flat dict of tensors (and string ``metadata``) as safetensors."""
     data = {k: v.detach().contiguous().clone().cpu() for k, v in tensors.items()}
-    atomic_write_bytes(path, st_save(data))
+    atomic_write_bytes(path, st_save(data, metadata=metadata))
+
+
+def load_tensors_with_metadata(path: str | os.PathLike
+                               ) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """:func:`load_tensors` and the file's string metadata (``{}`` when it has none)."""
+    tensors = load_tensors(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return tensors, dict(f.metadata() or {})
+    except (SafetensorError, ValueError, OSError) as err:
+        raise CorruptFileError(f"{path}: unreadable safetensors header ({err})") from err
 
 
 def load_tensors(path: str | os.PathLike) -> dict[str, Tensor]:

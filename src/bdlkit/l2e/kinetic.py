@@ -1,0 +1,207 @@
+"""The L2E update: features, the kinetic-energy MLP and one step (Kim et al., ICML 2024).
+
+Pure tensor functions on *lists of parameter leaves*, shared by the sampler
+(:mod:`bdlkit.algorithms.l2e`) and the meta-training (:mod:`bdlkit.l2e.meta_train`, which
+runs them under ``torch.func.vmap`` over a population of meta-parameters). Written here,
+from ``algorithms.md`` A.2.2 (the code form), because no library implements L2E in PyTorch.
+
+Per step, with g the minibatch gradient of the per-datum loss (``_sgmcmc.loss_gradient``):
+
+1. rolling means ``m_b ← b·m_b + (1−b)·g`` for b ∈ {0.1, 0.5, 0.9, 0.99, 0.999, 0.9999}
+   (start at 0, no bias correction, updated before the features);
+2. features per scalar parameter, in this order: ``[g, θ, r, m_0.1, …, m_0.9999]``, each
+   divided by ``sqrt(mean(x²) + 1e-5)`` over its own tensor (per leaf, per feature);
+3. one MLP 9 → 32 → 32 → 2 (ReLU) applied to every scalar: ``α = exp_mult·out₀``,
+   ``β = precond_mult·out₁``;
+4. ``r ← r − ε·(grad_scale·g + α(θ, r) + C·β(θ, r)) + sqrt(v)·ξ`` with
+   v = 2·C·noise_mult (``noise_mode="code"``) or 2·C·ε (``"paper"``), times the problem's
+   temperature T;
+5. the features again with the new r (same g, θ, m), β' = precond_mult·out₁, and
+   ``θ ← θ + ε·β'``.
+
+With α = 0 and β(θ, r) = r (:class:`IdentityKinetic`), ``"paper"`` noise and
+grad_scale = N this is SGHMC with lr = ε²·N and friction ε·C (``algorithms.md`` A.4.1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+DECAYS: tuple[float, ...] = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
+FEATURES: tuple[str, ...] = ("g", "theta", "r") + tuple(f"m_{b}" for b in DECAYS)
+NUM_FEATURES = len(FEATURES)  # 9
+HIDDEN = 32
+NORM_EPS = 1e-5
+NOISE_MODES = ("code", "paper")
+META_KEYS = ("w0", "b0", "w1", "b1", "w2", "b2")
+
+MetaParams = dict[str, Tensor]
+Leaves = list[Tensor]
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The fixed constants of the update (defaults: the released meta-training config,
+    ``algorithms.md`` A.2.3). ``grad_scale`` multiplies g in the momentum update (the code's
+    hard-coded N = 50 000) and ``eps`` is the step ε = sqrt(step_mult/50 000), step_mult 0.5;
+    A.6 keeps them separate. ``friction`` is C."""
+
+    eps: float = math.sqrt(0.5 / 50_000)
+    grad_scale: float = 50_000.0
+    friction: float = 0.1
+    exp_mult: float = 1e-3
+    precond_mult: float = 1e-3
+    noise_mode: str = "code"
+    noise_mult: float = 1e-3
+
+    def __post_init__(self) -> None:
+        for name in ("eps", "grad_scale", "exp_mult", "precond_mult"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"L2E {name} must be a finite number > 0, got {value!r}")
+        if not (math.isfinite(self.friction) and self.friction >= 0):
+            raise ValueError(f"L2E friction C must be >= 0, got {self.friction!r}")
+        if not (math.isfinite(self.noise_mult) and self.noise_mult >= 0):
+            raise ValueError(f"L2E noise_mult must be >= 0, got {self.noise_mult!r}")
+        if self.noise_mode not in NOISE_MODES:
+            raise ValueError(f"L2E noise_mode must be one of {NOISE_MODES}, "
+                             f"got {self.noise_mode!r}")
+
+    def noise_variance(self, temperature: float = 1.0) -> float:
+        """Per-coordinate variance of the momentum noise: 2·C·noise_mult ("code") or
+        2·C·ε ("paper"), times the problem's temperature."""
+        scale = self.noise_mult if self.noise_mode == "code" else self.eps
+        return 2.0 * self.friction * scale * float(temperature)
+
+    def to_dict(self) -> dict[str, float | str]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- the network
+def init_meta_params(generator: torch.Generator, hidden: int = HIDDEN,
+                     dtype: torch.dtype = torch.float32) -> MetaParams:
+    """Haiku's default init (A.2.2 item 4): weights ~ N(0, s²) truncated at ±2s with
+    s = 1/sqrt(fan_in), no variance correction; biases 0. Layout (in, out), as Haiku."""
+    sizes = [NUM_FEATURES, hidden, hidden, 2]
+    meta: MetaParams = {}
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        s = 1.0 / math.sqrt(fan_in)
+        w = torch.empty(fan_in, fan_out, dtype=dtype)
+        torch.nn.init.trunc_normal_(w, mean=0.0, std=s, a=-2 * s, b=2 * s, generator=generator)
+        meta[f"w{i}"], meta[f"b{i}"] = w, torch.zeros(fan_out, dtype=dtype)
+    return meta
+
+
+def check_meta_params(meta: MetaParams) -> None:
+    """A clear error for meta-parameters of the wrong layout (e.g. a corrupt file)."""
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise ValueError(f"L2E meta-parameters lack {missing}; expected keys {META_KEYS}")
+    hidden = meta["w0"].shape[-1]
+    want = {"w0": (NUM_FEATURES, hidden), "b0": (hidden,), "w1": (hidden, hidden),
+            "b1": (hidden,), "w2": (hidden, 2), "b2": (2,)}
+    for k, shape in want.items():
+        if tuple(meta[k].shape) != shape:
+            raise ValueError(f"L2E meta-parameter {k} has shape {tuple(meta[k].shape)}, "
+                             f"expected {shape} (MLP 9 -> {hidden} -> {hidden} -> 2)")
+        if not torch.isfinite(meta[k]).all():
+            raise ValueError(f"L2E meta-parameter {k} is not finite")
+
+
+def num_meta_params(meta: MetaParams) -> int:
+    return sum(v.numel() for v in meta.values())
+
+
+def mlp(meta: MetaParams, x: Tensor) -> Tensor:
+    """``Linear(9→32) – ReLU – Linear(32→32) – ReLU – Linear(32→2)`` on rows of ``x`` (the
+    meta-parameters follow x's dtype and device; a no-op when they match)."""
+    w = {k: v.to(x) for k, v in meta.items()}
+    h = torch.relu(x @ w["w0"] + w["b0"])
+    h = torch.relu(h @ w["w1"] + w["b1"])
+    return h @ w["w2"] + w["b2"]
+
+
+# --------------------------------------------------------------------------- features
+def update_moments(moments: Leaves, grad: Leaves) -> Leaves:
+    """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is (6, *shape)."""
+    out = []
+    for m, g in zip(moments, grad):
+        b = torch.tensor(DECAYS, dtype=g.dtype, device=g.device).view(-1, *([1] * g.dim()))
+        out.append(b * m + (1 - b) * g.unsqueeze(0))
+    return out
+
+
+def leaf_features(g: Tensor, theta: Tensor, r: Tensor, m: Tensor) -> Tensor:
+    """The (numel, 9) normalised feature matrix of one parameter tensor."""
+    x = torch.cat([g.reshape(1, -1), theta.reshape(1, -1), r.reshape(1, -1),
+                   m.reshape(len(DECAYS), -1)])
+    x = x * torch.rsqrt(x.square().mean(dim=1, keepdim=True) + NORM_EPS)
+    return x.T
+
+
+def features(grad: Leaves, params: Leaves, momentum: Leaves, moments: Leaves) -> Tensor:
+    """All leaves' feature rows, concatenated: (d, 9), each leaf normalised on its own."""
+    return torch.cat([leaf_features(*t) for t in zip(grad, params, momentum, moments)])
+
+
+def _split(flat: Tensor, like: Sequence[Tensor]) -> Leaves:
+    return [c.reshape(t.shape) for c, t in zip(flat.split([t.numel() for t in like]), like)]
+
+
+# --------------------------------------------------------------------------- kinetic energy
+class Kinetic(Protocol):
+    """(α, β): the learned gradients of the kinetic energy w.r.t. θ and r, per leaf."""
+
+    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
+                 moments: Leaves) -> tuple[Leaves, Leaves]: ...
+
+
+@dataclass(frozen=True)
+class LearnedKinetic:
+    """L2E's kinetic energy: the MLP on normalised features, scaled by the multipliers."""
+
+    meta: MetaParams
+    exp_mult: float = 1e-3
+    precond_mult: float = 1e-3
+
+    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
+                 moments: Leaves) -> tuple[Leaves, Leaves]:
+        out = mlp(self.meta, features(grad, params, momentum, moments))
+        return (_split(self.exp_mult * out[:, 0], params),
+                _split(self.precond_mult * out[:, 1], params))
+
+
+class IdentityKinetic:
+    """α = 0, β(θ, r) = r: the standard kinetic energy ½·rᵀr, which makes the update SGHMC."""
+
+    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
+                 moments: Leaves) -> tuple[Leaves, Leaves]:
+        return [torch.zeros_like(p) for p in params], list(momentum)
+
+
+# --------------------------------------------------------------------------- one step
+def l2e_update(kinetic: Kinetic, constants: Constants, params: Leaves, momentum: Leaves,
+               moments: Leaves, grad: Leaves, noise: Leaves, temperature: float = 1.0
+               ) -> tuple[Leaves, Leaves, Leaves]:
+    """One L2E step (module docstring, items 1-5). ``noise`` holds ξ ~ N(0, I) per leaf.
+    Returns (θ_{t+1}, r_{t+1}, moments_{t+1})."""
+    c = constants
+    moments = update_moments(moments, grad)
+    alpha, beta = kinetic(grad, params, momentum, moments)
+    sd = math.sqrt(c.noise_variance(temperature))
+    momentum = [r - c.eps * (c.grad_scale * g + a + c.friction * b) + sd * z
+                for r, g, a, b, z in zip(momentum, grad, alpha, beta, noise)]
+    _, beta_new = kinetic(grad, params, momentum, moments)
+    params = [p + c.eps * b for p, b in zip(params, beta_new)]
+    return params, momentum, moments
+
+
+__all__ = ["DECAYS", "FEATURES", "Constants", "IdentityKinetic", "Kinetic", "LearnedKinetic",
+           "MetaParams", "check_meta_params", "features", "init_meta_params", "l2e_update",
+           "leaf_features", "mlp", "num_meta_params", "update_moments"]
