@@ -33,6 +33,7 @@ from typing import Any
 
 from . import algorithms, bench, data, models
 from .config import RunConfig, check_keys, load_yaml, method_hyperparameters, parse_value
+from .l2e import command as l2e_command
 from .runner import Interrupted, NonFiniteError
 from .serialization import CorruptFileError
 
@@ -292,6 +293,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     p.add_argument("--quick", action="store_true", help="a short version for a smoke test")
     p.add_argument("--out", required=True, metavar="DIR", help="where results are written")
     p.add_argument("--seed", type=int, default=0)
+    l2e_command.add_parser(sub, _FORMATTER)
     sub.add_parser("list", help="list methods, models, data sets and suites",
                    epilog="example:\n  bdlkit list", formatter_class=_FORMATTER)
     p = sub.add_parser("demo", help="compare every method on digits (< 3 minutes)",
@@ -329,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(args, argv)
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "meta-train":
+            return l2e_command.run(args, argv)
         list_components()
         return 0
     except Interrupted as err:
