@@ -145,7 +145,9 @@ def _check_chain(cfg: RunConfig, run_dir: Path) -> None:
 
 def _run_chains(configs: list[RunConfig], dirs: list[Path], workers: int | None) -> list[float]:
     workers = workers or min(len(configs), os.cpu_count() or 1)
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    # share this process's thread budget (torch's, which honours OMP_NUM_THREADS) among
+    # the workers: more threads than cores makes OpenMP's spinning barriers crawl
+    threads = max(1, torch.get_num_threads() // workers)
     if workers == 1:
         before = torch.get_num_threads()
         try:
