@@ -18,6 +18,7 @@ from . import (
     digits,
     efficiency,
     hmc_agreement,
+    l2e,
     posteriordb,
     runner_overhead,
     score_vi_study,
@@ -35,6 +36,7 @@ SUITES: dict[str, Suite] = {
     "synthetic": synthetic.run,
     "posteriordb": posteriordb.run,
     "hmc-agreement": hmc_agreement.run,
+    "l2e": l2e.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -45,6 +47,7 @@ DESCRIPTIONS: dict[str, str] = {
     "synthetic": synthetic.DESCRIPTION,
     "posteriordb": posteriordb.DESCRIPTION,
     "hmc-agreement": hmc_agreement.DESCRIPTION,
+    "l2e": l2e.DESCRIPTION,
 }
 
 

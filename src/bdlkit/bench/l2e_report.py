@@ -1,0 +1,186 @@
+"""Tables and text of the ``l2e`` suite (:mod:`bdlkit.bench.l2e`): ``results.md``'s summary
+table, ``report.md`` (setup, a table per task, corruptions by severity, the claims) and the
+one-line progress echo."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import report
+from ..serialization import atomic_write_bytes
+
+#: (row key, header, format) of the per-task tables; task columns are added per task.
+HEAD = [("method", "method", None), ("status", "status", None), ("chains", "chains", None),
+        ("draws", "draws", None), ("accuracy", "accuracy", ".4f"), ("nll", "NLL", ".4f"),
+        ("ece", "ECE", ".4f")]
+TASK_COLUMNS = {
+    "agreement": [("agreement", "agreement", ".4f"), ("total_variation", "TV", ".4f")],
+    "ood_auroc": [("ood_auroc", "OOD AUROC (entropy)", ".4f"),
+                  ("ood_auroc_maxprob", "OOD AUROC (max p)", ".4f")],
+    "corr_accuracy": [("corr_accuracy", "corrupted acc.", ".4f"),
+                      ("corr_nll", "corrupted NLL", ".4f"), ("corr_ece", "corrupted ECE", ".4f")],
+}
+TAIL = [("step_ms", "ms/step", ".2f"), ("step_ratio", "x sghmc", ".2f"),
+        ("ess_per_s", "ESS/s (C.7)", ".4g"), ("ess_frac", "ESS/draw", ".3f"),
+        ("fn_ess_per_s", "fn ESS/s", ".4g"), ("rhat_mean", "R-hat mean", ".4f"),
+        ("rhat_frac_below_1.1", "R-hat < 1.1", ".3f")]
+DIAGNOSTIC_KEYS = {"ess_per_s", "ess_frac", "fn_ess_per_s", "rhat_mean", "rhat_frac_below_1.1"}
+SUMMARY = [("task", "task", None), ("method", "method", None), ("status", "status", None),
+           ("accuracy", "accuracy", ".4f"), ("nll", "NLL", ".4f"), ("ece", "ECE", ".4f"),
+           ("agreement", "agreement", ".4f"), ("total_variation", "TV", ".4f"),
+           ("ood_auroc", "OOD AUROC", ".4f"), ("corr_accuracy", "corr. acc.", ".4f"),
+           ("step_ms", "ms/step", ".2f"), ("step_ratio", "x sghmc", ".2f"),
+           ("ess_per_s", "ESS/s", ".4g"), ("rhat_frac_below_1.1", "R-hat < 1.1", ".3f")]
+
+
+def cell(row: Mapping[str, Any], key: str, fmt: str | None) -> str:
+    """``mean ± std`` (or the value); ``n/a`` for a chain diagnostic of a row without
+    chains (an ensemble), empty when the value is missing."""
+    value = row.get(key)
+    if value is None:
+        if key in DIAGNOSTIC_KEYS and row.get("diagnostics", "").startswith("n/a"):
+            return "n/a"
+        return ""
+    if fmt is None:
+        text = str(value)
+        return text if key != "status" or len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    std = row.get(f"{key}_std")
+    return format(value, fmt) + (f" ± {format(std, fmt)}" if std is not None else "")
+
+
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple]) -> str:
+    shown = [{header: cell(r, key, fmt) for key, header, fmt in columns} for r in rows]
+    return report.markdown_table(shown, [header for _, header, _ in columns])
+
+
+def task_columns(rows: Sequence[Mapping[str, Any]]) -> list[tuple]:
+    """The columns of one task's table: what any of its rows measured."""
+    extra = [col for marker, cols in TASK_COLUMNS.items()
+             if any(r.get(marker) is not None for r in rows) for col in cols]
+    return [*HEAD, *extra, *TAIL]
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """``results.md``'s one table over every task (formatted cells)."""
+    return [{header: cell(r, key, fmt) for key, header, fmt in SUMMARY} for r in rows]
+
+
+def echo_line(row: Mapping[str, Any]) -> str:
+    """One progress line per (task, method)."""
+    parts = [f"{row['task']:<10} {row['method']:<8}"]
+    for key, label, fmt in (("accuracy", "acc", ".4f"), ("nll", "NLL", ".4f"),
+                            ("agreement", "agree", ".4f"), ("ood_auroc", "AUROC", ".4f"),
+                            ("step_ms", "ms/step", ".2f"), ("ess_per_s", "ESS/s", ".4g")):
+        if row.get(key) is not None:
+            parts.append(f"{label} {format(row[key], fmt)}")
+    if row.get("status") != "ok":
+        parts.append(f"[{cell(row, 'status', None)}]")
+    return "  ".join(parts)
+
+
+def _fmt(value: Any) -> str:
+    return format(value, ".4g") if isinstance(value, float) else str(value)
+
+
+def claims_markdown(claims: Mapping[str, Mapping[str, Any]]) -> str:
+    """The claims as a Markdown list: values, threshold, supported or not."""
+    verdict = {True: "**supported**", False: "**not supported**",
+               None: "**undetermined** (a value is missing)"}
+    lines = ["Claims of Kim et al. (ICML 2024), measured here:", ""]
+    for name, c in claims.items():
+        values = ", ".join(f"{k} {_fmt(v)}" for k, v in c["values"].items()) or "none"
+        threshold = c["threshold"] if "comparison" not in c else (
+            f"{c['comparison']} {c['threshold']} on every task")
+        paper = f"; paper: {c['paper_value']}" if "paper_value" in c else ""
+        task = f" ({c['task']})" if "task" in c else ""
+        lines.append(f"- ({name[0]}) {c['claim']}{task}: {values}; threshold: {threshold}"
+                     f"{paper}: {verdict[c['supported']]}")
+    return "\n".join(lines)
+
+
+def setup_text(tasks: Sequence[Any], settings: Mapping[str, Any]) -> str:
+    """One paragraph: tasks, methods, chains (``write_results``' setup line)."""
+    methods = ", ".join(f"{m} `{h}`" if h else m for m, h in settings["methods"].items())
+    task_text = "; ".join(f"{t.name}: {t.describe()}" for t in tasks)
+    return (f"{'quick' if settings['quick'] else 'full'} mode on {settings['device']}; "
+            f"methods {methods}; {settings['chains']} chains each (seeds "
+            f"{settings['seed']}..{settings['seed'] + settings['chains'] - 1}); {task_text}; "
+            f"suite wall time {settings['wall_s']:.0f} s")
+
+
+NOTES = [
+    "Cells are mean ± std over the chains (an ensemble's chain is one 5-member ensemble). "
+    "Accuracy, NLL and ECE (top-label, 15 bins) are of each run's BMA predictive on the "
+    "whole test split; agreement and TV are against the HMC reference (C.4).",
+    "`ms/step`: the runner's wall time (steps, sample store, checkpoints) over the steps; "
+    "`x sghmc`: its ratio to sghmc's on the same task. An ensemble step trains all 5 "
+    "members.",
+    "`ESS/s (C.7)`: per chain, the TFP single-chain ESS of every weight coordinate of the "
+    "kept draws, summed over coordinates, over the chain's wall time (L2E divides by the "
+    "seconds per epoch and 1e5; the l2e/csghmc ratio is the same when both run the same "
+    "number of steps). `ESS/draw`: the mean ESS per coordinate over the number of kept "
+    "draws. `fn ESS/s`: mean over the first probe test points of the ESS of the "
+    "true-class probability, over the wall time. Σ ESS grows with the number of kept draws: "
+    "csghmc keeps its own (default 4 cycles x 3 = 12 draws), l2e and sghmc about 100 "
+    "(`draws`), unlike L2E's notebook (100 draws for every method).",
+    "`R-hat`: L2E's layer-wise R-hat (C.8 item 3): the per-chain rank-normalised split "
+    "R-hat averaged over the chains, per coordinate; mean and fraction below 1.1 over all "
+    "coordinates (per-layer values in results.json). n/a: an ensemble has no chain.",
+]
+
+
+def write_report(out: Path, rows: Sequence[Mapping[str, Any]],
+                 claims: Mapping[str, Mapping[str, Any]], tasks: Sequence[Any],
+                 settings: Mapping[str, Any], command: str, machine: Mapping[str, Any]) -> str:
+    """``report.md``: setup, a table per task (and its corruptions by severity), the
+    claims, the failures and the command; returns the text."""
+    meta = settings.get("meta_params", {})
+    info = meta.get("info", {})
+    lines = ["# l2e: Learning to Explore against SG-MCMC and deep ensembles", "",
+             f"Command: `{command}`  ", f"Machine: {json.dumps(dict(machine))}  ",
+             f"Mode: {'quick' if settings['quick'] else 'full'} on {settings['device']}; "
+             f"suite wall time {settings['wall_s']:.0f} s", "", "## Setup", "",
+             "- Methods: " + ", ".join(f"`{m}` {h or '(defaults)'}"
+                                        for m, h in settings["methods"].items())
+             + f"; {settings['chains']} chains each, seeds {settings['seed']}.."
+             f"{settings['seed'] + settings['chains'] - 1}; batch 128, prior N(0, 1), T = 1.",
+             "- L2E meta-parameters: " + (
+                 f"`{meta.get('path')}` (sha256 {str(meta.get('sha256'))[:16]}…), "
+                 f"constants {meta.get('constants')}, made by `{info.get('command', '?')}` "
+                 f"({info.get('outer_steps', '?')} outer steps, families "
+                 f"{info.get('families', '?')})" if "error" not in meta else meta["error"]),
+             *(f"- `{t.name}`: {t.describe()}" for t in tasks),
+             *(f"- `{name}`: {note}" for name, note in settings.get("task_notes", {}).items()),
+             ""]
+    for t in tasks:
+        task_rows = [r for r in rows if r["task"] == t.name]
+        if not task_rows:
+            continue
+        lines += [f"## {t.name}", "", _table(task_rows, task_columns(task_rows))]
+        with_corr = [r for r in task_rows if r.get("corruptions")]
+        if with_corr:
+            sevs = list(with_corr[0]["corruptions"])
+            cols = [("method", "method", None)] + [
+                (f"{k}@{s}", f"{label} s{s}", ".4f") for k, label in
+                (("accuracy", "acc."), ("nll", "NLL")) for s in sevs]
+            flat = [{"method": r["method"], **{f"{k}@{s}": r["corruptions"][s][k]
+                                               for s in sevs for k in ("accuracy", "nll")}}
+                    for r in with_corr]
+            lines += [f"Corruptions (mean over {len(t.corruptions)} types) by severity:", "",
+                      _table(flat, cols)]
+    lines += ["## Claims", "", claims_markdown(claims), "", "## Notes", "",
+              *(f"- {n}" for n in NOTES)]
+    failures = [r for r in rows if r.get("status") not in ("ok", "reference")]
+    if failures:
+        lines += ["", "## Failures", "",
+                  *(f"- `{r['task']}` / `{r['method']}`: {r['status']}" for r in failures)]
+    lines += ["", f"Reproduce: `{command}`", ""]
+    text = "\n".join(lines)
+    atomic_write_bytes(out / "report.md", text.encode())
+    return text
