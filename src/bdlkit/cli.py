@@ -142,7 +142,9 @@ def _add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
         group.add_argument(*flags, dest=HYPER_PREFIX + name,
                            type=lambda text, d=default, n=name: parse_value(text, d, n),
                            default=argparse.SUPPRESS, metavar=name.upper(),
-                           help=f"default {default!r}" if default is not inspect._empty else None)
+                           help=None if default is inspect._empty else
+                           "default: set by the method (see its docstring)" if default is None
+                           else f"default {default!r}")
 
 
 def _prescan_method(argv: list[str]) -> str | None:

@@ -63,12 +63,15 @@ def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor],
 def load_tensors_with_metadata(path: str | os.PathLike
                                ) -> tuple[dict[str, Tensor], dict[str, str]]:
     """:func:`load_tensors` and the file's string metadata (``{}`` when it has none)."""
-    tensors = load_tensors(path)
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path} does not exist")
     try:
         with safe_open(str(path), framework="pt") as f:
-            return tensors, dict(f.metadata() or {})
+            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
     except (SafetensorError, ValueError, OSError) as err:
-        raise CorruptFileError(f"{path}: unreadable safetensors header ({err})") from err
+        raise CorruptFileError(
+            f"{path} is not a readable safetensors file ({err}); it may be truncated or "
+            "corrupt: re-run or restore it from a backup") from err
 
 
 def load_tensors(path: str | os.PathLike) -> dict[str, Tensor]:

@@ -173,7 +173,7 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(l2e, "warm_up", lambda: None)
     # the reference's chains in this process, one thread (no worker start-up, no thread
     # oversubscription): the same files, faster
-    monkeypatch.setattr(l2e.reference, "build", functools.partial(reference.build, workers=1))
+    monkeypatch.setattr(reference, "build", functools.partial(reference.build, workers=1))
     rows = l2e.run(tmp_path, quick=True, echo=False)
     assert [(r["task"], r["method"]) for r in rows] == [
         ("digits-hmc", "hmc"), *[(t.name, m) for t in tiny for m in l2e.METHODS]]

@@ -110,3 +110,49 @@ def test_task_distribution_is_deterministic_and_offline():
     assert a.name == b.name and torch.equal(a.x_train, b.x_train)
     assert len(a.x_valid) > 0 and a.num_data == len(a.y_train)
     assert int(a.y_train.max()) < a.num_classes
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    """2 outer steps, then 1 resumed step: the same φ and Adam state as 3 straight steps."""
+    meta_train(tmp_path / "a", MetaTrainConfig(outer_steps=2, **TINY), echo=None)
+    meta_train(tmp_path / "a", MetaTrainConfig(outer_steps=3, **TINY), echo=None)
+    meta_train(tmp_path / "b", MetaTrainConfig(outer_steps=3, **TINY), echo=None)
+    a = load_meta_params(tmp_path / "a" / "meta_params.safetensors").meta
+    b = load_meta_params(tmp_path / "b" / "meta_params.safetensors").meta
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_overwrite_never_resumes_the_old_state(tmp_path):
+    """--overwrite removes the old checkpoint at once, so an interrupted new run cannot
+    later resume the old φ under the new options."""
+    out = tmp_path / "meta"
+    meta_train(out, MetaTrainConfig(outer_steps=2, **TINY), echo=None)
+    new = MetaTrainConfig(outer_steps=2, budget_minutes=1e-9, **{**TINY, "sigma": 0.02})
+    summary = meta_train(out, new, overwrite=True, echo=None)  # stops before any step
+    assert summary["steps"] == 0 and summary["final_meta_loss"] is None
+    assert not (out / "checkpoint.safetensors").exists() or json.loads(
+        (out / "history.json").read_text()) == []
+    summary = meta_train(out, MetaTrainConfig(outer_steps=1, **{**TINY, "sigma": 0.02}),
+                         echo=None)
+    assert summary["steps"] == 1  # started afresh, not at the old step 2
+
+
+def test_meta_parameter_files_are_checked(tmp_path):
+    from bdlkit.l2e import Constants, save_meta_params
+    from bdlkit.serialization import CorruptFileError, save_tensors
+
+    meta = init_meta_params(torch.Generator().manual_seed(0))
+    save_tensors(tmp_path / "plain.safetensors", meta)  # no constants in the metadata
+    with pytest.raises(CorruptFileError, match="not an L2E meta-parameter file"):
+        load_meta_params(tmp_path / "plain.safetensors")
+    bad = dict(meta, w1=torch.zeros(32, 16))
+    save_tensors(tmp_path / "shape.safetensors", bad, metadata={"constants": "{}"})
+    with pytest.raises(CorruptFileError, match="w1 has shape"):
+        load_meta_params(tmp_path / "shape.safetensors")
+    save_tensors(tmp_path / "const.safetensors", meta,
+                 metadata={"constants": json.dumps({"eps": -1.0})})
+    with pytest.raises(CorruptFileError, match="eps"):
+        load_meta_params(tmp_path / "const.safetensors")
+    path = save_meta_params(tmp_path / "ok.safetensors", meta, Constants(eps=0.01), {"seed": 4})
+    pre = load_meta_params(path)
+    assert pre.constants.eps == 0.01 and pre.info["seed"] == "4"

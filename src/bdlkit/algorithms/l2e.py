@@ -23,10 +23,12 @@ product per layer for all parameters, no loop over elements); state: θ, r and 6
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch.func import vmap
@@ -74,9 +76,15 @@ class L2E:
     problem: Problem
     kinetic: Kinetic
     constants: Constants
+    meta_digest: str = "identity"  # sha256 prefix of the meta-parameters and constants
     name: str = "l2e"
     kind: str = KIND
-    VERSION: ClassVar[int] = 1
+
+    @property
+    def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
+        """Version 1 of the update, with the meta-parameters' digest: a checkpoint written
+        with other meta-parameters (a re-trained file, another path) is not resumed."""
+        return f"1+{self.meta_digest}"
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> L2EState:
@@ -128,7 +136,7 @@ def _resolve(meta_params: Any) -> Pretrained:
 
 def build(
     problem: Problem,
-    meta_params: str = "pretrained",
+    meta_params: str | Pretrained = "pretrained",
     kinetic: str = "learned",
     eps: float | None = None,
     grad_scale: float | None = None,
@@ -138,8 +146,9 @@ def build(
     exp_mult: float | None = None,
     precond_mult: float | None = None,
 ) -> L2E:
-    """L2E with the meta-parameters ``meta_params``; the constants left at None are the
-    ones stored with them (``Constants`` defaults for ``kinetic="identity"``).
+    """L2E with the meta-parameters ``meta_params``; the constants left at None (the
+    default) are the ones stored with them (``Constants`` defaults for
+    ``kinetic="identity"``).
     ``kinetic``: ``"learned"`` (the MLP) or ``"identity"`` (α = 0, β = r: SGHMC)."""
     if kinetic not in ("learned", "identity"):
         raise ValueError(f"kinetic must be 'learned' or 'identity', got {kinetic!r}")
@@ -152,4 +161,11 @@ def build(
     if pre is None:
         return L2E(problem, IdentityKinetic(), constants)
     return L2E(problem, LearnedKinetic(pre.meta, constants.exp_mult, constants.precond_mult),
-               constants)
+               constants, meta_digest=_digest(pre.meta, constants))
+
+
+def _digest(meta: dict[str, torch.Tensor], constants: Constants) -> str:
+    h = hashlib.sha256(json.dumps(constants.to_dict(), sort_keys=True).encode())
+    for k in sorted(meta):
+        h.update(k.encode() + meta[k].detach().cpu().double().numpy().tobytes())
+    return h.hexdigest()[:16]

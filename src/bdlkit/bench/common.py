@@ -30,6 +30,27 @@ def warm_up() -> None:
         infer(model, method, data=ds, steps=20, seed=0)
 
 
+def cached_reference(values: dict[str, Any], folder: Path, chains: int
+                     ) -> tuple[Any, Any, bool, float]:
+    """The HMC reference of ``values`` (``bdlkit.reference`` options) in ``folder``: reused
+    when one with the same options is there, rebuilt when the options differ (e.g. after a
+    ``--quick`` run). Returns (reference, its RunConfig, reused, seconds)."""
+    import time
+
+    from .. import reference
+    from ..config import RunConfig
+
+    cfg = RunConfig(**reference.with_defaults(values))
+    start = time.perf_counter()
+    reused = (folder / "reference.json").is_file()
+    try:
+        ref = reference.build(cfg, folder, chains=chains)
+    except FileExistsError:  # a reference of another setting: rebuild
+        reused = False
+        ref = reference.build(cfg, folder, chains=chains, overwrite=True)
+    return ref, cfg, reused, time.perf_counter() - start
+
+
 def prepare_bench_out(out: Path) -> Path:
     """Create or refresh a suite's output folder; refuse a folder bdlkit did not write."""
     from ..run import prepare_out

@@ -1,4 +1,4 @@
-"""The ``hmc-agreement`` suite: SG-MCMC, deep ensembles and MAP against an HMC reference.
+"""The ``hmc-agreement`` suite: SG-MCMC (with L2E), deep ensembles and MAP against HMC.
 
 Task: an MLP 64-50-10 on scikit-learn digits (1 257 training, 540 test images), prior
 N(0, 1), T = 1. The reference is ``bdlkit reference hmc`` with its defaults (4 chains of
@@ -13,7 +13,6 @@ top-label ECE, and agreement and total variation against the HMC predictive
 from __future__ import annotations
 
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from .. import metrics, reference
 from .. import run as run_module
 from ..config import RunConfig
 from ..run import prepare_out
-from .common import warm_up, write_results
+from .common import cached_reference, warm_up, write_results
 
 DESCRIPTION = ("SG-MCMC, deep ensembles and MAP against an HMC reference on digits "
                "(agreement, total variation, accuracy, NLL, ECE)")
@@ -34,6 +33,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "sghmc": {"lr": 0.005, "alpha": 0.1},
     "csghmc": {},
     "csgld": {},
+    "l2e": {},  # the shipped meta-parameters and their constants
 }
 VALUES = ("accuracy", "nll", "ece", "agreement", "total_variation")
 
@@ -53,16 +53,8 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     ref_values = {"method": "hmc", "seed": seed, **base}
     if quick:
         ref_values["steps"] = 120
-    ref_cfg = RunConfig(**reference.with_defaults(ref_values))
-    start = time.perf_counter()
     chains = 2 if quick else 4
-    reused = (runs / "reference" / "reference.json").is_file()
-    try:
-        ref = reference.build(ref_cfg, runs / "reference", chains=chains)
-    except FileExistsError:  # a reference of another setting (e.g. --quick): rebuild
-        reused = False
-        ref = reference.build(ref_cfg, runs / "reference", chains=chains, overwrite=True)
-    ref_seconds = time.perf_counter() - start
+    ref, ref_cfg, reused, ref_seconds = cached_reference(ref_values, runs / "reference", chains)
     rows = [_reference_row(ref, ref_cfg)]
     for method, hyper in METHODS.items():
         per_seed = []

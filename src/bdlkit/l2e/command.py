@@ -81,7 +81,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         constants=constants)
     summary = meta_train(args.out, cfg, overwrite=args.overwrite, data_root=args.data_root,
                          command=shlex.join(["bdlkit", *argv]))
+    loss = summary["final_meta_loss"]
     print(f"meta-training: {summary['steps']} outer steps, smoothed meta-loss "
-          f"{summary['final_meta_loss']:.4f}; meta-parameters: "
+          f"{'n/a' if loss is None else f'{loss:.4f}'}; meta-parameters: "
           f"{args.out}/meta_params.safetensors, curve: {args.out}/meta_loss.png")
     return 0

@@ -25,13 +25,16 @@ grad_scale = N this is SGHMC with lr = ε²·N and friction ε·C (``algorithms.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from ..models.cnn import haiku_truncated_normal_
 
 DECAYS: tuple[float, ...] = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 FEATURES: tuple[str, ...] = ("g", "theta", "r") + tuple(f"m_{b}" for b in DECAYS)
@@ -91,9 +94,7 @@ def init_meta_params(generator: torch.Generator, hidden: int = HIDDEN,
     sizes = [NUM_FEATURES, hidden, hidden, 2]
     meta: MetaParams = {}
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        s = 1.0 / math.sqrt(fan_in)
-        w = torch.empty(fan_in, fan_out, dtype=dtype)
-        torch.nn.init.trunc_normal_(w, mean=0.0, std=s, a=-2 * s, b=2 * s, generator=generator)
+        w = haiku_truncated_normal_(torch.empty(fan_in, fan_out, dtype=dtype), fan_in, generator)
         meta[f"w{i}"], meta[f"b{i}"] = w, torch.zeros(fan_out, dtype=dtype)
     return meta
 
@@ -128,11 +129,16 @@ def mlp(meta: MetaParams, x: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------- features
+@functools.lru_cache(maxsize=16)
+def _decays(dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.tensor(DECAYS, dtype=dtype, device=device)  # made once, not every step
+
+
 def update_moments(moments: Leaves, grad: Leaves) -> Leaves:
     """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is (6, *shape)."""
     out = []
     for m, g in zip(moments, grad):
-        b = torch.tensor(DECAYS, dtype=g.dtype, device=g.device).view(-1, *([1] * g.dim()))
+        b = _decays(g.dtype, g.device).view(-1, *([1] * g.dim()))
         out.append(b * m + (1 - b) * g.unsqueeze(0))
     return out
 
@@ -169,10 +175,20 @@ class LearnedKinetic:
     meta: MetaParams
     exp_mult: float = 1e-3
     precond_mult: float = 1e-3
+    _moved: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def on(self, like: Tensor) -> MetaParams:
+        """The meta-parameters in ``like``'s dtype and device, converted once and cached
+        (no host-to-device copy every step)."""
+        key = (like.dtype, like.device)
+        if key not in self._moved:
+            self._moved[key] = {k: v.to(like) for k, v in self.meta.items()}
+        return self._moved[key]
 
     def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
                  moments: Leaves) -> tuple[Leaves, Leaves]:
-        out = mlp(self.meta, features(grad, params, momentum, moments))
+        x = features(grad, params, momentum, moments)
+        out = mlp(self.on(x), x)
         return (_split(self.exp_mult * out[:, 0], params),
                 _split(self.precond_mult * out[:, 1], params))
 

@@ -38,10 +38,11 @@ on 2 CPU cores (both are options and are stored with the meta-parameters):
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from ..models.cnn import haiku_truncated_normal_
 from ..rng import fold_in
 from ..serialization import (
     CorruptFileError,
@@ -69,6 +71,9 @@ def _print(text: str) -> None:
     print(text, flush=True)
 
 
+#: files a run writes in its folder (removed by ``overwrite``)
+OUTPUTS = ("checkpoint.safetensors", "history.json", "meta_params.safetensors",
+           "meta_loss.png", "config.json")
 #: options that may change between a run and its resumption
 RESUMABLE = ("outer_steps", "budget_minutes", "checkpoint_every")
 
@@ -114,13 +119,6 @@ class MetaTrainConfig:
         d["families"] = list(self.families)
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MetaTrainConfig:
-        d = dict(d)
-        d["families"] = tuple(d["families"])
-        d["constants"] = Constants(**d["constants"])
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-
 
 # --------------------------------------------------------------------------- φ as a vector
 def flatten_meta(meta: MetaParams) -> Tensor:
@@ -139,15 +137,18 @@ def unflatten_meta(vec: Tensor, like: MetaParams) -> MetaParams:
 
 # --------------------------------------------------------------------------- the unroll
 def haiku_init(module: torch.nn.Module, generator: torch.Generator) -> dict[str, Tensor]:
-    """A fresh Haiku-style initialisation of ``module``'s parameters (A.3.2)."""
+    """A fresh Haiku-style initialisation of ``module``'s parameters (A.3.2): weights
+    truncated normal (fan_in = every dimension but the first), biases 0, any other
+    parameter (e.g. a normalisation scale) as the module has it."""
     out = {}
     for name, p in module.named_parameters():
         if p.dim() >= 2:
-            s = 1.0 / math.sqrt(math.prod(p.shape[1:]))
-            out[name] = torch.nn.init.trunc_normal_(torch.empty_like(p), 0.0, s, -2 * s, 2 * s,
-                                                    generator=generator)
-        else:
+            out[name] = haiku_truncated_normal_(torch.empty_like(p), math.prod(p.shape[1:]),
+                                                generator)
+        elif name.endswith("bias"):
             out[name] = torch.zeros_like(p)
+        else:
+            out[name] = p.detach().clone()
     return out
 
 
@@ -264,6 +265,8 @@ def _outer_loop(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam
 
 
 def _progress(history: list[dict[str, Any]], cfg: MetaTrainConfig) -> str:
+    if not history:
+        return "no outer step ran (the budget was used up before the first one)"
     last = history[-1]
     return (f"outer step {last['step'] + 1}/{cfg.outer_steps}: meta-loss "
             f"{_smoothed(history)[-1]:.4f} (moving average of {min(len(history), 20)}), "
@@ -281,28 +284,34 @@ def _smoothed(history: list[dict[str, Any]], window: int = 20) -> list[float]:
 
 def _resume(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam, overwrite: bool,
             say: Callable[[str], None]) -> tuple[Tensor, dict[str, Tensor], list[dict]]:
+    """A fresh start, or the state of the checkpoint in ``out`` when its options match.
+    The options are compared with the ones stored *in the checkpoint*, so a newer
+    config.json (an interrupted ``--overwrite``) cannot pass an old state off as new."""
     ckpt = out / "checkpoint.safetensors"
     fresh = flatten_meta(like)
-    if overwrite or not ckpt.exists():
+    if overwrite:
+        for name in OUTPUTS:
+            (out / name).unlink(missing_ok=True)
+    if not ckpt.exists():
         return fresh, adam.init(fresh), []
-    saved = load_json(out / "config.json") if (out / "config.json").exists() else {}
-    mine = cfg.to_dict()
-    differ = sorted(k for k in mine if k not in RESUMABLE and k in saved and saved[k] != mine[k])
-    if differ:
-        raise ValueError(f"{out} holds a meta-training run with other options ({differ}); "
-                         "pass --overwrite to start afresh, or another --out")
     tensors, meta = load_tensors_with_metadata(ckpt)
     try:
+        saved = json.loads(meta["config"])
         steps = int(meta["steps"])
         history = load_json(out / "history.json")[:steps]
         opt = {"m": tensors["adam_m"], "v": tensors["adam_v"], "t": tensors["adam_t"]}
         phi = tensors["phi"]
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, ValueError, TypeError, FileNotFoundError) as err:
         raise CorruptFileError(f"{ckpt} is not a readable meta-training checkpoint ({err}); "
                                "pass --overwrite to start afresh") from err
+    mine = json.loads(json.dumps(cfg.to_dict()))
+    differ = sorted(k for k in mine if k not in RESUMABLE and saved.get(k) != mine[k])
+    if differ:
+        raise ValueError(f"{out} holds a meta-training run with other options ({differ}); "
+                         "pass --overwrite to start afresh, or another --out")
     if phi.shape != fresh.shape or len(history) != steps:
-        raise CorruptFileError(f"{ckpt} does not match this configuration or its history; "
-                               "pass --overwrite to start afresh")
+        raise CorruptFileError(f"{ckpt} does not match its history.json; pass --overwrite "
+                               "to start afresh")
     say(f"resuming meta-training from outer step {steps} ({ckpt})")
     return phi, opt, history
 
@@ -312,7 +321,8 @@ def _save(out: Path, cfg: MetaTrainConfig, phi: Tensor, like: MetaParams,
     save_json(out / "history.json", history)
     save_tensors(out / "checkpoint.safetensors",
                  {"phi": phi, "adam_m": opt["m"], "adam_v": opt["v"], "adam_t": opt["t"]},
-                 metadata={"steps": str(len(history))})
+                 metadata={"steps": str(len(history)),
+                           "config": json.dumps(cfg.to_dict(), sort_keys=True)})
     smoothed = _smoothed(history)
     save_meta_params(out / "meta_params.safetensors", unflatten_meta(phi, like), cfg.constants,
                      {"command": command or "", "seed": cfg.seed, "outer_steps": len(history),
@@ -322,16 +332,14 @@ def _save(out: Path, cfg: MetaTrainConfig, phi: Tensor, like: MetaParams,
 
 
 def plot_curve(history: list[dict[str, Any]], path: Path) -> Path | None:
-    """The meta-loss per outer step and its moving average (needs matplotlib)."""
-    try:
-        import matplotlib
+    """The meta-loss per outer step and its moving average (``None`` without matplotlib)."""
+    from ..report import _new_figure, _save_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    fig = _new_figure((6, 3.5))
+    if fig is None or not history:
         return None
+    ax = fig.add_subplot(1, 1, 1)
     steps = [h["step"] for h in history]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, [h["meta_loss"] for h in history], lw=0.6, alpha=0.4, label="per step")
     ax.plot(steps, _smoothed(history), lw=2, label="moving average (20)")
     ax.set_xlabel("outer step")
@@ -339,12 +347,7 @@ def plot_curve(history: list[dict[str, Any]], path: Path) -> Path | None:
     ax.set_title("L2E meta-training")
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return _save_png(fig, path)
 
 
 __all__ = ["MetaTrainConfig", "flatten_meta", "haiku_init", "meta_train", "plot_curve",

@@ -24,6 +24,16 @@ from torch.nn import functional as F
 _INITS = ("torch", "haiku")
 
 
+def haiku_truncated_normal_(weight: Tensor, fan_in: int,
+                            generator: torch.Generator | None = None) -> Tensor:
+    """Haiku's default weight init in place: N(0, s²) truncated at ±2s, s = 1/sqrt(fan_in),
+    no variance correction (torch's ``trunc_normal_`` bounds are absolute, hence a=-2s)."""
+    s = 1.0 / math.sqrt(fan_in)
+    with torch.no_grad():
+        return nn.init.trunc_normal_(weight, mean=0.0, std=s, a=-2 * s, b=2 * s,
+                                     generator=generator)
+
+
 def haiku_init_(module: nn.Module) -> None:
     """Haiku-style init in place: truncated normal weights, zero biases.
 
@@ -33,11 +43,9 @@ def haiku_init_(module: nn.Module) -> None:
     """
     for m in module.modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
-            fan_in = math.prod(m.weight.shape[1:])
-            s = 1.0 / math.sqrt(fan_in)
-            with torch.no_grad():
-                nn.init.trunc_normal_(m.weight, mean=0.0, std=s, a=-2 * s, b=2 * s)
-                if m.bias is not None:
+            haiku_truncated_normal_(m.weight, math.prod(m.weight.shape[1:]))
+            if m.bias is not None:
+                with torch.no_grad():
                     m.bias.zero_()
 
 
