@@ -96,3 +96,19 @@ def stationary_check(alg_name, steps, chains=400, seed=0, d=3, **hyper):
                        thin=1, **hyper)
     last = res.sample(chains)
     return assert_marginals_preserved(last, mean, cov)
+
+
+def small_classifier(temperature: float = 1.0):
+    """A float64 4-8-2 tanh classifier on 64 points (a BayesianModel, N(0, 1) prior) and its
+    data (x, y): the minibatch problem of the SGHMC-family tests."""
+    from torch import nn
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g, dtype=F64)
+    y = (x[:, 0] > 0).long()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).double()
+    model = bdlkit.BayesianModel(net, "categorical", prior=1.0, num_data=64,
+                                 temperature=temperature)
+    return model, (x, y)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from sampler_helpers import correlated_target
+from sampler_helpers import correlated_target, small_classifier
 from torch import nn
 
 import bdlkit
@@ -11,23 +11,11 @@ from bdlkit.l2e import Constants, Pretrained, init_meta_params, save_meta_params
 from bdlkit.serialization import CorruptFileError
 
 
-def _model_and_data(temperature=1.0):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 4, generator=g, dtype=torch.float64)
-    y = (x[:, 0] > 0).long()
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).double()
-    model = bdlkit.BayesianModel(net, "categorical", prior=1.0, num_data=64,
-                                 temperature=temperature)
-    return model, (x, y)
-
-
 @pytest.mark.parametrize("temperature", [1.0, 0.3])
 def test_identity_kinetic_is_sghmc(temperature):
     """α = 0, β = r, paper noise, grad_scale = N: SGHMC with lr = ε²N and friction εC, the
     same draws of noise, step after step (float64 rounding)."""
-    model, (x, y) = _model_and_data(temperature)
+    model, (x, y) = small_classifier(temperature)
     eps, c, n = 0.02, 0.5, model.num_data
     ref = sghmc.build(model, lr=eps**2 * n, alpha=eps * c)
     alg = l2e.build(model, kinetic="identity", eps=eps, grad_scale=float(n), friction=c,
@@ -72,7 +60,7 @@ def test_chain_stack_of_a_target_is_normalised_per_chain():
 
 
 def test_constants_come_from_the_meta_parameter_file(tmp_path):
-    model, _ = _model_and_data()
+    model, _ = small_classifier()
     path = save_meta_params(tmp_path / "m.safetensors",
                             init_meta_params(torch.Generator().manual_seed(0)),
                             Constants(eps=0.004, precond_mult=0.7), {"seed": 3})
@@ -84,7 +72,7 @@ def test_constants_come_from_the_meta_parameter_file(tmp_path):
 
 
 def test_bad_meta_parameter_files_fail_clearly(tmp_path):
-    model, _ = _model_and_data()
+    model, _ = small_classifier()
     with pytest.raises(FileNotFoundError, match="meta-train l2e"):
         l2e.build(model, meta_params=str(tmp_path / "missing.safetensors"))
     junk = tmp_path / "junk.safetensors"
@@ -105,7 +93,7 @@ def test_shipped_meta_parameters_load():
 
 
 def test_fit_l2e_on_a_small_model_runs_and_moves():
-    model, (x, y) = _model_and_data()
+    model, (x, y) = small_classifier()
     res = bdlkit.infer(model, "l2e", data=(x, y), steps=60, batch_size=16, seed=0)
     draws = res.sample(5)
     assert all(torch.isfinite(v).all() for v in draws.values())

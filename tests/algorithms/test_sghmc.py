@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-from sampler_helpers import correlated_target
-from torch import nn
+from sampler_helpers import correlated_target, small_classifier
 
 import bdlkit
 from bdlkit.algorithms import sghmc, sgld
@@ -12,22 +11,10 @@ from bdlkit.serialization import state_from_tensors, state_to_tensors
 from bdlkit.tree import tree_leaves, tree_map
 
 
-def _model_and_data(temperature=1.0):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 4, generator=g, dtype=torch.float64)
-    y = (x[:, 0] > 0).long()
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).double()
-    model = bdlkit.BayesianModel(net, "categorical", prior=1.0, num_data=64,
-                                 temperature=temperature)
-    return model, (x, y)
-
-
 def test_temperature_zero_is_sgd_with_momentum():
     """The SGHMC step with T = 0 follows torch.optim.SGD(momentum=1-α) on the per-datum loss
     to float64 rounding, step after step (the T → 0 limit of the convention)."""
-    model, (x, y) = _model_and_data()
+    model, (x, y) = small_classifier()
     lr, alpha = 0.05, 0.1
     params = model.init_params()
     torch_params = {k: v.clone().requires_grad_(True) for k, v in params.items()}
@@ -52,7 +39,7 @@ def test_temperature_zero_is_sgd_with_momentum():
 def test_noise_free_sghmc_step_is_sgd_with_momentum():
     """The sampler's own step with the noise off (T → 0; the exploration phase of cSGHMC)
     follows torch.optim.SGD(momentum=1-α) at a constant lr, step after step."""
-    model, (x, y) = _model_and_data()
+    model, (x, y) = small_classifier()
     lr, alpha = 0.05, 0.1
     alg = sghmc.build(model, lr=lr, alpha=alpha)
     state = alg.init(model.init_params(), generator=torch.Generator().manual_seed(0))
@@ -83,9 +70,9 @@ def test_alpha_one_is_sgld_draw_for_draw():
 def test_sgld_and_sghmc_use_the_problem_temperature():
     """Drift −lr·g with g = −T·ŝ/N (independent of T) and noise variance 2·lr·α·T/N."""
     for temperature in (1.0, 0.1):
-        model, data = _model_and_data(temperature)
+        model, data = small_classifier(temperature)
         _, score = model.value_and_score(model.init_params(), data)
-        untempered, _ = _model_and_data(1.0)
+        untempered, _ = small_classifier(1.0)
         _, score1 = untempered.value_and_score(untempered.init_params(), data)
         for k, g in loss_gradient(model, score).items():
             torch.testing.assert_close(g, -score1[k] / 64)
@@ -95,7 +82,7 @@ def test_sgld_and_sghmc_use_the_problem_temperature():
 def test_noise_estimate_lowers_the_injected_noise():
     """With minibatch gradient noise V̂ > 0 the injected variance 2·lr·α·T/N − lr²·V̂ is
     smaller: with the same noise stream the chains move less than without the estimate."""
-    model, data = _model_and_data()
+    model, data = small_classifier()
     spread = {}
     for estimate in (False, True):
         res = bdlkit.infer(model, "sghmc", data=data, batch_size=8, steps=300, seed=0,
@@ -109,7 +96,7 @@ def test_noise_estimate_lowers_the_injected_noise():
 
 
 def test_state_round_trip_and_purity_with_noise_estimate():
-    model, data = _model_and_data()
+    model, data = small_classifier()
     alg = sghmc.build(model, lr=0.01, noise_estimate=True)
     state = alg.init(generator=torch.Generator().manual_seed(0))
     batch = (data[0][:16], data[1][:16])
