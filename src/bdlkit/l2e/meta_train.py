@@ -343,7 +343,8 @@ def plot_curve(history: list[dict[str, Any]], path: Path) -> Path | None:
     ax.plot(steps, [h["meta_loss"] for h in history], lw=0.6, alpha=0.4, label="per step")
     ax.plot(steps, _smoothed(history), lw=2, label="moving average (20)")
     ax.set_xlabel("outer step")
-    ax.set_ylabel("BMA meta-loss (NLL)")
+    ax.set_yscale("log")  # the first unrolls of a fresh sampler can be 10-30x the rest
+    ax.set_ylabel("BMA meta-loss (NLL, log scale)")
     ax.set_title("L2E meta-training")
     ax.legend()
     fig.tight_layout()
