@@ -76,6 +76,7 @@ import torch
 from .. import algorithms
 from .. import models as zoo
 from ..problems import BayesianModel
+from ..runner import for_run
 from .common import prepare_bench_out, warm_up, write_results
 from .efficiency_report import (
     GOALS,
@@ -118,6 +119,8 @@ METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "sgld": ("sgld", {}),
 }
 MMAP_THRESHOLD = 65536
+#: the run length that cyclical samplers' schedules are set up for
+RUN_LENGTH = 1000
 #: full-batch reference samplers, not timed by default (``_extra_samplers``)
 FULL_BATCH = ("hmc", "nuts")
 
@@ -245,7 +248,8 @@ def _problem(model_name: str, seed: int, dev: torch.device
 
 def _build(method: str, problem: BayesianModel, seed: int) -> tuple[Any, Any]:
     name, hyper = METHOD_SPECS.get(method, (method, {}))
-    algorithm = algorithms.get_method(name).build(problem, **hyper)
+    # a schedule tied to the run length (cyclical samplers) as for a 1 000-step run
+    algorithm = for_run(algorithms.get_method(name).build(problem, **hyper), RUN_LENGTH)
     return algorithm, algorithm.init(generator=torch.Generator().manual_seed(seed))
 
 

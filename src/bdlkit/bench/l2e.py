@@ -391,7 +391,7 @@ def _meta_params_info() -> dict[str, Any]:
 
         path = pretrained_path()
         pre = load_pretrained()
-        return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        return {"path": "bdlkit/" + path.relative_to(path.parents[2]).as_posix(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                 "constants": pre.constants.to_dict(), "info": dict(pre.info)}
     except Exception as err:  # noqa: BLE001 - the l2e rows then carry the error
         return {"error": f"{type(err).__name__}: {err}"}
