@@ -135,7 +135,7 @@ def test_shipped_meta_parameters_on_a_2d_regression_posterior_have_its_scale():
     draws of a 2-D Bayesian linear regression posterior (N = 1 000, exact Gaussian) are
     centred within one posterior std of its mean and spread within a factor 2 of its stds
     (measured: about 1.2x); not exact moments, the right scale."""
-    from conftest import blr_data, blr_posterior
+    from blr_helpers import blr_data, blr_posterior
 
     x, y = blr_data(n=1000, d=2)
     mean, cov = blr_posterior(x, y, 1.0, 2.0)

@@ -18,7 +18,7 @@ from sampler_helpers import (
 from torch import nn
 
 import bdlkit
-from conftest import blr_data, blr_posterior
+from blr_helpers import blr_data, blr_posterior
 
 CHAINS = 100
 #: method -> (hyperparameters, steps). pSGLD's preconditioner must vary slowly on an exact
