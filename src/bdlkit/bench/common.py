@@ -30,6 +30,23 @@ def warm_up() -> None:
         infer(model, method, data=ds, steps=20, seed=0)
 
 
+def mean_std(runs: list[dict[str, Any]], keys: tuple[str, ...] | list[str],
+             no_std: tuple[str, ...] = ()) -> dict[str, float]:
+    """``key`` (mean over ``runs``) and ``key_std`` (their sample std, when there are two or
+    more and ``key`` is not in ``no_std``) for every key; runs where a key is missing or
+    None are left out of that key."""
+    import statistics
+
+    out: dict[str, float] = {}
+    for key in keys:
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        if vals:
+            out[key] = statistics.fmean(vals)
+            if len(vals) > 1 and key not in no_std:
+                out[f"{key}_std"] = statistics.stdev(vals)
+    return out
+
+
 def cached_reference(values: dict[str, Any], folder: Path, chains: int
                      ) -> tuple[Any, Any, bool, float]:
     """The HMC reference of ``values`` (``bdlkit.reference`` options) in ``folder``: reused

@@ -12,7 +12,6 @@ top-label ECE, and agreement and total variation against the HMC predictive
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from .. import metrics, reference
 from .. import run as run_module
 from ..config import RunConfig
 from ..run import prepare_out
-from .common import cached_reference, warm_up, write_results
+from .common import cached_reference, mean_std, warm_up, write_results
 
 DESCRIPTION = ("SG-MCMC, deep ensembles and MAP against an HMC reference on digits "
                "(agreement, total variation, accuracy, NLL, ECE)")
@@ -111,10 +110,4 @@ def _reference_row(ref: reference.Reference, cfg: RunConfig) -> dict[str, Any]:
 
 
 def _summary(method: str, per_seed: list[dict[str, float]]) -> dict[str, Any]:
-    row: dict[str, Any] = {"method": method}
-    for key in (*VALUES, "train_s"):
-        values = [r[key] for r in per_seed]
-        row[key] = statistics.fmean(values)
-        if len(values) > 1 and key != "train_s":
-            row[f"{key}_std"] = statistics.stdev(values)
-    return row
+    return {"method": method, **mean_std(per_seed, (*VALUES, "train_s"), no_std=("train_s",))}

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import report
 from ..serialization import atomic_write_bytes
+from .common import mean_std
 
 #: Per-chain values averaged into a row (mean, and ``_std`` over chains).
 VALUES = ("accuracy", "nll", "ece", "agreement", "total_variation", "ood_auroc",
@@ -138,12 +139,7 @@ def summarize_chains(task: str, method: str, chains: Sequence[Mapping[str, Any]]
     if not chains:
         return row
     row["draws"] = chains[0]["draws"]
-    for key in VALUES:
-        vals = [c[key] for c in chains if c.get(key) is not None]
-        if vals:
-            row[key] = statistics.fmean(vals)
-            if len(vals) > 1:
-                row[f"{key}_std"] = statistics.stdev(vals)
+    row.update(mean_std(list(chains), VALUES))
     if "corruptions" in chains[0]:
         row["corruptions"] = {
             sev: {k: statistics.fmean(c["corruptions"][sev][k] for c in chains)
