@@ -103,3 +103,33 @@ class DiagGaussian:
 
     def score(self, theta: TensorTree) -> TensorTree:
         return score(self.params, theta)
+
+
+SIGMA_QUANTILES = (0.1, 0.5, 0.9)
+QUANTILE_MAX = 2**24
+
+
+def sigma_summary(lam: DiagGaussianParams) -> list[dict[str, float | str | int]]:
+    """Per-tensor (per-layer) quantiles of σ, then one row ``"all"`` over every coordinate.
+
+    Each row: ``{"tensor", "size", "q10", "median", "q90"}`` (σ in the parameters' units).
+    A Target's single tensor is named ``"theta"``. This is what tells a real posterior
+    from a point estimate: a VI run whose σ stayed at ``init_std`` is MAP in disguise.
+    """
+    rho = lam.rho if isinstance(lam.rho, dict) else {"theta": lam.rho}
+    rows: list[dict[str, float | str | int]] = []
+    q = torch.tensor(SIGMA_QUANTILES, dtype=torch.float64)
+
+    def row(name: str, values: Tensor) -> dict[str, float | str | int]:
+        v = values.detach().reshape(-1).to(torch.float64).exp()
+        if v.numel() > QUANTILE_MAX:  # torch.quantile's limit: a fixed random subset
+            keep = torch.randperm(v.numel(), generator=torch.Generator().manual_seed(0))
+            v = v[keep[:QUANTILE_MAX].to(v.device)]
+        lo, mid, hi = torch.quantile(v, q.to(v.device)).tolist()
+        return {"tensor": name, "size": int(v.numel()), "q10": lo, "median": mid, "q90": hi}
+
+    for name, r in rho.items():
+        rows.append(row(name, r))
+    if len(rho) > 1:
+        rows.append(row("all", torch.cat([r.detach().reshape(-1) for r in rho.values()])))
+    return rows
