@@ -104,3 +104,19 @@ def test_save_json_writes_strict_json_with_nulls(tmp_path):
                                     "c": torch.tensor(float("nan"))})
     assert json.loads((tmp_path / "m.json").read_text()) == {"a": None, "b": [None, 1.0],
                                                              "c": None}
+
+
+def test_sigma_summary_of_a_diagonal_vi_result_and_none_otherwise():
+    import warnings
+
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a 5-step run: sigma has not moved (and says so)
+        res = bdlkit.infer(classifier(), "advi", data=(x, y), steps=5, seed=0, batch_size=10)
+        full = bdlkit.infer(target(), "gsm", steps=5, seed=0)  # full covariance
+    rows = res.sigma_summary()
+    assert [r["tensor"] for r in rows] == ["0.weight", "0.bias", "2.weight", "2.bias", "all"]
+    assert rows[-1]["size"] == 4 * 8 + 8 + 8 * 3 + 3
+    assert all(r["q10"] <= r["median"] <= r["q90"] for r in rows)
+    assert full.sigma_summary() is None
+    assert bdlkit.infer(target(), "map", steps=5).sigma_summary() is None

@@ -26,6 +26,8 @@ from torch import Tensor
 from . import rng
 from .algorithms import get_method
 from .collect import SampleStore
+from .families import diag_gaussian
+from .families.diag_gaussian import DiagGaussianParams
 from .predictive import ClassificationBMA, RegressionBMA, bma
 from .problems import BayesianModel, GaussianPredictive
 from .serialization import (
@@ -105,6 +107,14 @@ class Result:
         if self.algorithm is None or self.state is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         return self.algorithm.params(self.state)
+
+    def sigma_summary(self) -> list[dict[str, float | str | int]] | None:
+        """Per-tensor 10/50/90 % quantiles of a diagonal-Gaussian VI result's σ, then a row
+        over all coordinates (:func:`bdlkit.families.diag_gaussian.sigma_summary`): how far
+        the approximation is from a point estimate, layer by layer. ``None`` for other kinds
+        of result and for non-diagonal approximations (full-covariance GSM/BaM)."""
+        lam = getattr(self.state, "lam", None) if self.kind == "vi" else None
+        return diag_gaussian.sigma_summary(lam) if isinstance(lam, DiagGaussianParams) else None
 
     # ------------------------------------------------------------------ draws
     def sample(self, n: int, generator: torch.Generator | int | None = None) -> TensorTree:

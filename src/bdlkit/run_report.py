@@ -2,7 +2,8 @@
 
 Sections: test metrics; OOD, reference and corruption tables when evaluated; sampling
 diagnostics with ESS per second (the only wall-time-dependent number, so it lives here
-and not in ``metrics.json``); the run summary; the resolved configuration; plots
+and not in ``metrics.json``); the per-layer σ quantiles of a diagonal-Gaussian VI run
+(``Result.sigma_summary``); the run summary; the resolved configuration; plots
 (reliability diagram, training curves, per-layer R̂, function-space traces, ESS per
 layer). Plots need matplotlib (the ``plots`` extra); without it they are skipped and
 the report says so.
@@ -20,6 +21,9 @@ from .predictive import ClassificationBMA
 from .result import Result
 from .serialization import atomic_write_bytes
 
+SIGMA_NOTE = ("Quantiles of the posterior standard deviations σ of q, per parameter tensor "
+              "and over all coordinates. σ still near the method's `init_std` means the "
+              "approximation is close to a point estimate.\n")
 PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", "trace.png")
 
 
@@ -50,6 +54,10 @@ def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> l
         text += ["## Covariate shift (accuracy per severity)\n", _corruption_table(values), ""]
     if "diagnostics" in values:
         text += ["## Sampling diagnostics (one chain)\n", _diagnostics_table(values, wall), ""]
+    sigmas = result.sigma_summary()
+    if sigmas is not None:
+        text += ["## Variational σ (per layer)\n", SIGMA_NOTE,
+                 report.markdown_table(sigmas, floatfmt=".3g"), ""]
     text += ["## Run\n", report.markdown_table(summary), "",
              "## Configuration\n", "```yaml", (run_dir / "config.yaml").read_text().rstrip(),
              "```", ""]
