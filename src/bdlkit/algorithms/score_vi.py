@@ -1,33 +1,39 @@
 """Proximal stochastic-gradient score-based VI (SSM-prox), diagonal Gaussian family.
 
 M. Kim, "Large-scale Score-based Variational Posterior Inference for Bayesian Deep
-Neural Networks", arXiv 2602.05873 (2026); derivations in ``algorithms.md`` B.2-B.5.
-Per anchor q_t (frozen) the current q_λ descends, for K = ``inner_steps`` steps::
+Neural Networks", arXiv 2602.05873 (2026); derivations in ``docs/score_vi.md``. Per
+iteration, with the anchor q_t frozen and S draws θ_k ~ q_t (no reparameterisation)::
 
-    L̂(λ) = (1/S) Σ_k [ α_t ‖∇log q_λ(θ_k) − ∇log q_t(θ_k)‖² + ‖∇log q_λ(θ_k) − ŝ(θ_k)‖² ],
-    θ_k ~ q_t (no reparameterisation),  α_t = α_max · min(1, t / warmup)
+    q_{t+1} = argmin_λ (1/S) Σ_k [ α_t ‖∇log q_λ(θ_k) − ∇log q_t(θ_k)‖² + ‖∇log q_λ(θ_k) − ŝ_k‖² ]
+    α_t = α_max · min(1, t / warmup)
 
-with ŝ the unbiased minibatch score (one ordinary forward/backward per sample; no graph
-through the network). The λ-gradients are closed forms (B.4.2 Monte Carlo, B.4.3
-Rao-Blackwellised: the default, far lower variance), scaled by 1/N² (argmin unchanged)
-and applied with a functional optimiser (Adam by default). ``precondition`` (default on)
-multiplies both gradients by σ² per coordinate: the raw ones scale as 1/σ², so while σ
-grows or shrinks over decades Adam's second-moment estimate lags by orders of magnitude
-and the steps stall; the rescaled ones stay O(1), like ADVI's (same fixed points). In
-fact with K = 1 they *are* ADVI's up to constants: σ²∂μ = −2·mean ŝ and
-σ²∂ρ = −4(1 + mean (θ−μ)ŝ) are 2× and 4× the negative-ELBO gradients, so under Adam the
-iterates coincide with ``advi`` (tested); score_vi differs through K > 1 with α, the
-Monte Carlo loss and the closed-form solver. With K = 1 the proximal term
-has zero gradient at λ = λ_t, so α has no effect (B.3). ``solver="closed_form"`` applies
-the exact per-iteration argmin in natural parameters instead (B.4.4), damped by ``omega``
-with precision clipping and a divergence guard (:mod:`.score_vi_closed_form`): opt-in,
-because undamped it is a Jacobi iteration that diverges on coupled posteriors (B.4.5).
-``kld`` < 1 inflates the likelihood by 1/kld (BayesDLL's KL discount, B.2):
-ŝ = ∇log p + (1/kld)(ŝ − ∇log p). Memory: λ, the anchor and the optimiser state.
+with ŝ_k the unbiased minibatch score at θ_k (one ordinary forward/backward per draw; no
+graph through the network). Two solvers:
+
+* ``solver="closed_form"`` (**the proximal method**): the argmin itself, exact in natural
+  parameters, damped by ω, with an antithetic-pair Stein (Hutchinson) curvature estimate
+  averaged over steps (:mod:`.score_vi_closed_form`). A natural-gradient step: σ moves by
+  a fixed fraction per step whatever its scale.
+* ``solver="gradient"``: ``inner_steps`` K optimiser steps on the Rao-Blackwellised (or
+  Monte Carlo) loss per anchor, the generic route for families without a closed form. With
+  ``precondition="sigma2"`` the gradients are σ²∂μ/(2N) and σ²∂ρ/(4N). **At K = 1 these are
+  exactly ADVI's negative-ELBO gradients** (−mean ŝ/N and −(1 + mean (θ−μ)ŝ)/N), so the
+  iterates are ``advi``'s (tested to float rounding); ``loss="mc"`` at K = 1 is ADVI with
+  sticking-the-landing gradients. α cannot act at K = 1 (the proximal term has zero
+  gradient at the anchor). For K > 1, ``precondition="natural"`` divides by the loss's own
+  diagonal curvature (2(1+α)a² for μ, 8(1+α)a²σ_t² for ρ): with ``optimizer="sgd"`` and
+  lr ω ≤ 1, one inner step is the damped closed-form step to first order, and more inner
+  steps solve the per-anchor problem instead of fighting its restoring term.
+
+``kld`` < 1 inflates the likelihood by 1/kld (BayesDLL's KL discount):
+ŝ = ∇log p + (1/kld)(ŝ − ∇log p). Memory: λ, the anchor and the solver state (Adam moments,
+or the curvature average).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +44,7 @@ from .. import rng
 from ..families import diag_gaussian as family
 from ..families.diag_gaussian import DiagGaussianParams
 from ..optim import make_optimizer
-from ..problems import Target
+from ..problems import BayesianModel, Target
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, device_of, pytree_dataclass, tree_map
 from ..types import Batch, Info, Problem
@@ -47,12 +53,23 @@ from ._vi_common import DiagGaussianVI, minibatch_scores
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
+#: The defaults of the options whose sensible value depends on the solver (stated once).
+#: closed_form: ``benchmarks/results/score-vi-study`` (``bdlkit bench score-vi-study``).
+SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gradient": {"lr": 3e-3, "num_samples": 1, "antithetic": False, "alpha_max": 0.5, "warmup": 0,
+                 "omega": None, "curvature_decay": 0.0},
+    "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5, "warmup": None,
+                    "omega": 0.1, "curvature_decay": 0.99},
+}
+WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run (B.5)
+PRECONDITIONERS = ("sigma2", "natural", "none")
+
 
 @pytree_dataclass
 class ScoreVIState:
     lam: DiagGaussianParams  # the current q_λ
     anchor: DiagGaussianParams  # the frozen q_t
-    opt_state: Any  # optimiser state (gradient solver) or guard state (closed form)
+    opt_state: Any  # optimiser state (gradient solver) or ClosedFormState
     rng_state: Tensor
     step: int
 
@@ -60,77 +77,127 @@ class ScoreVIState:
 @dataclass(frozen=True)
 class ScoreVI(DiagGaussianVI):
     problem: Problem
-    lr: float | Schedule = 3e-3
+    lr: float | Schedule | None = 3e-3
     optimizer: str = "adam"
     num_samples: int = 1
     inner_steps: int = 1
     alpha_max: float = 0.5
-    warmup: int = 1000
+    warmup: int | None = 0
     init_std: float = 1e-3
     loss: str = "rb"
     solver: str = "gradient"
     omega: float | None = None
-    a_min: float = 1e-8
+    curvature_decay: float = 0.0
+    antithetic: bool = False
+    a_min: float | None = None
+    max_step: float = float("inf")
     kld: float = 1.0
-    precondition: bool = True
+    precondition: str = "sigma2"
     name: str = "score_vi"
     kind: str = KIND
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_opt", make_optimizer(self.optimizer))
 
-    def init(self, params: TensorTree | None = None, *, generator: torch.Generator
-             ) -> ScoreVIState:
+    def for_run(self, total_steps: int) -> ScoreVI:
+        """Bind ``warmup=None`` to 10 % of the run (the runner calls this)."""
+        if self.warmup is not None:
+            return self
+        return dataclasses.replace(self, warmup=max(1, int(WARMUP_FRACTION * total_steps)))
+
+    def init(self, params: TensorTree | DiagGaussianParams | None = None, *,
+             generator: torch.Generator) -> ScoreVIState:
         if params is None:
             params = self.problem.init_params(generator)
-        lam = family.init(params, self.init_std)
-        noise = rng.split(generator, device=device_of(params))
-        opt = closed_form.init_guard(lam, self.omega) if self.solver == "closed_form" \
+        lam = params if isinstance(params, DiagGaussianParams) else \
+            family.init(params, self.init_std)
+        noise = rng.split(generator, device=device_of(lam.mu))
+        opt = closed_form.init(lam, self.omega) if self.solver == "closed_form" \
             else self._opt.init(lam)
         return ScoreVIState(lam=lam, anchor=lam, opt_state=opt, rng_state=rng.state_of(noise),
                             step=0)
 
     def alpha(self, step: int) -> float:
-        """α_t = α_max · min(1, t / warmup) (B.5)."""
+        """α_t = α_max · min(1, t / warmup) (B.5); no warm-up when ``warmup`` is 0 or unbound."""
         return self.alpha_max * min(1.0, step / self.warmup) if self.warmup else self.alpha_max
+
+    def draws(self, anchor: DiagGaussianParams, gen: torch.Generator) -> TensorTree:
+        """S draws of q_t: independent, or S/2 antithetic pairs μ_t ± σ_t ε."""
+        if not self.antithetic:
+            return family.sample(anchor, self.num_samples, gen)
+        half = family.sample(DiagGaussianParams(mu=tree_map(torch.zeros_like, anchor.mu),
+                                                rho=anchor.rho), self.num_samples // 2, gen)
+        return tree_map(lambda m, e: torch.cat([m + e, m - e]), anchor.mu, half)
 
     def step(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
         t = state.step
         anchor = state.lam if t % self.inner_steps == 0 else state.anchor
         alpha = self.alpha(t // self.inner_steps * self.inner_steps)
         gen = rng.from_state(state.rng_state, device=device_of(anchor.mu))
-        thetas = family.sample(anchor, self.num_samples, gen)  # (S, ...) from q_t, no grad
+        thetas = self.draws(anchor, gen)  # (S, ...) from q_t, no grad
         value, scores = minibatch_scores(self.problem, thetas, batch, self.kld)
+        info: dict[str, Any] = {"log_prob": value, "alpha": alpha}
         if self.solver == "closed_form":
-            lam, opt_state = closed_form.step(state.lam, anchor, thetas, scores, alpha,
-                                              state.opt_state, self.a_min, t)
+            lam, opt_state, extra = closed_form.step(
+                state.lam, anchor, thetas, scores, alpha, state.opt_state,
+                a_min=self._floor(anchor), decay=self.curvature_decay, loss=self.loss,
+                antithetic=self.antithetic, max_step=self.max_step, t=t)
+            info.update(extra)
         else:
-            grads = self._gradients(state.lam, anchor, thetas, scores, alpha)
+            grads = self.gradients(state.lam, anchor, thetas, scores, alpha)
             updates, opt_state = self._opt.update(grads, state.opt_state, state.lam,
                                                   resolve(self.lr, t))
             lam = tree_map(lambda p, u: p + u, state.lam, updates)
         new = ScoreVIState(lam=lam, anchor=anchor, opt_state=opt_state,
                            rng_state=rng.state_of(gen), step=t + 1)
-        return new, {"log_prob": value, "alpha": alpha}
+        return new, info
 
-    def _gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
-                   thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:
-        """The λ-gradient of the loss, scaled by 1/N² and, with ``precondition``, by σ²."""
-        scale = 1.0 / float(self.problem.num_data) ** 2
-        if self.precondition and self.loss == "rb" and anchor is lam:  # K = 1: fast path
-            return anchored_rb_gradients(lam, thetas, scores, scale)
+    def _floor(self, like: DiagGaussianParams) -> TensorTree:
+        floor = self.a_min if self.a_min is not None else precision_floor(self.problem)
+        return tree_map(lambda m: torch.full_like(m, floor), like.mu)
+
+    def gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
+                  thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:
+        """The preconditioned λ-gradient of the per-anchor loss (module docstring)."""
+        n = float(self.problem.num_data)
+        if self.precondition == "sigma2" and self.loss == "rb" and anchor is lam:  # = ADVI
+            return anchored_rb_gradients(lam, thetas, scores, n)
+        centred = self.precondition == "natural" and self.loss == "rb"
         grads = (rb_gradients if self.loss == "rb" else mc_gradients)(
-            lam, anchor, thetas, scores, alpha)
-        if not self.precondition:
-            return tree_map(lambda g: g * scale, grads)
-        var = tree_map(lambda r: (2 * r).exp() * scale, lam.rho)
-        return DiagGaussianParams(mu=tree_map(lambda g, v: g * v, grads.mu, var),
-                                  rho=tree_map(lambda g, v: g * v, grads.rho, var))
+            lam, anchor, thetas, scores, alpha, **({"centred": True} if centred else {}))
+        if self.precondition == "natural":
+            return natural_precondition(grads, lam, anchor, alpha)
+        if self.precondition == "none":
+            return DiagGaussianParams(mu=tree_map(lambda g: g / (2 * n), grads.mu),
+                                      rho=tree_map(lambda g: g / (4 * n), grads.rho))
+        var = tree_map(lambda r: (2 * r).exp(), lam.rho)
+        return DiagGaussianParams(mu=tree_map(lambda g, v: g * v / (2 * n), grads.mu, var),
+                                  rho=tree_map(lambda g, v: g * v / (4 * n), grads.rho, var))
 
+
+def precision_floor(problem: Problem) -> float:
+    """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel with an
+    isotropic Gaussian prior (a log-concave likelihood cannot make q wider than the prior),
+    else 1e-8."""
+    scale = getattr(getattr(problem, "prior", None), "scale", None)
+    if isinstance(problem, BayesianModel) and scale:
+        return 1.0 / (scale**2 * problem.temperature)
+    return 1e-8
+
+
+def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: bool) -> Tensor:
+    """mean_k (θ_k − μ) ŝ_k; ``centred``: its anchor part as the unbiased covariance
+    Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), plus (μ_t − μ)·ŝ̄ (same expectation)."""
+    if not centred:
+        return ((theta - lam_mu) * s).mean(0)
+    s_bar = s.mean(0)
+    cov = ((theta - mu_t) * (s - s_bar)).sum(0) / (theta.shape[0] - 1)
+    return cov + (mu_t - lam_mu) * s_bar
 
 
 def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
-                 scores: TensorTree, alpha: float) -> DiagGaussianParams:
+                 scores: TensorTree, alpha: float, centred: bool = False
+                 ) -> DiagGaussianParams:
     """∇_λ of the Rao-Blackwellised loss (B.4.3), per coordinate, with a = 1/σ²::
 
         ∂μ = 2(1+α) a² (μ − μ_t) − 2a·mean_k ŝ_k
@@ -140,8 +207,8 @@ def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: Te
     def per_leaf(mu, rho, mu_t, rho_t, theta, s):
         a, a_t = (-2 * rho).exp(), (-2 * rho_t).exp()
         var_t, dm = 1.0 / a_t, mu - mu_t
-        s_bar, cross = s.mean(0), ((theta - mu) * s).mean(0)
-        g_mu = 2 * (1 + alpha) * a**2 * dm - 2 * a * s_bar
+        cross = cross_term(mu, mu_t, theta, s, centred)
+        g_mu = 2 * (1 + alpha) * a**2 * dm - 2 * a * s.mean(0)
         g_a = alpha * (2 * a * dm**2 - 2 * (a_t - a) * var_t) + 2 * a * (var_t + dm**2) \
             + 2 * cross
         return g_mu, -2 * a * g_a
@@ -150,12 +217,26 @@ def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: Te
 
 
 def anchored_rb_gradients(lam: DiagGaussianParams, thetas: TensorTree, scores: TensorTree,
-                          scale: float) -> DiagGaussianParams:
-    """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (the K = 1 case), times ``scale``:
-    ``σ²∂μ = −2·mean_k ŝ_k`` and ``σ²∂ρ = −4(1 + mean_k (θ_k − μ) ŝ_k)`` (α drops out)."""
-    mu = tree_map(lambda s: s.mean(0) * (-2 * scale), scores)
-    rho = tree_map(lambda t, m, s: (1 + ((t - m) * s).mean(0)) * (-4 * scale), thetas, lam.mu,
+                          num_data: float) -> DiagGaussianParams:
+    """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (K = 1), over 2N (μ) and 4N (ρ):
+    ``−mean_k ŝ_k / N`` and ``−(1 + mean_k (θ_k − μ) ŝ_k) / N``, ADVI's gradients."""
+    mu = tree_map(lambda s: s.mean(0) / -num_data, scores)
+    rho = tree_map(lambda t, m, s: (1 + ((t - m) * s).mean(0)) / -num_data, thetas, lam.mu,
                    scores)
+    return DiagGaussianParams(mu=mu, rho=rho)
+
+
+def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,
+                         anchor: DiagGaussianParams, alpha: float) -> DiagGaussianParams:
+    """Divide by the per-anchor loss's diagonal curvature: ∂²/∂μ² = 2(1+α)a² and, near the
+    argmin, ∂²/∂ρ² ≈ 8(1+α)a²(σ_t² + (μ − μ_t)²)."""
+    def per_leaf(g_mu, g_rho, mu, rho, mu_t, rho_t):
+        a2 = (-4 * rho).exp()
+        h_rho = 8 * (1 + alpha) * a2 * ((2 * rho_t).exp() + (mu - mu_t) ** 2)
+        return g_mu / (2 * (1 + alpha) * a2), g_rho / h_rho
+
+    pairs = tree_map(per_leaf, grads.mu, grads.rho, lam.mu, lam.rho, anchor.mu, anchor.rho)
+    mu, rho = closed_form._split(pairs)
     return DiagGaussianParams(mu=mu, rho=rho)
 
 
@@ -174,64 +255,141 @@ def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: Te
 
 
 def _per_leaf(fn, lam, anchor, thetas, scores) -> DiagGaussianParams:
-    pairs = tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas, scores)
-    if isinstance(pairs, tuple):
-        return DiagGaussianParams(mu=pairs[0], rho=pairs[1])
-    return DiagGaussianParams(mu={k: v[0] for k, v in pairs.items()},
-                              rho={k: v[1] for k, v in pairs.items()})
+    mu, rho = closed_form._split(tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas,
+                                          scores))
+    return DiagGaussianParams(mu=mu, rho=rho)
 
 
 def build(
     problem: Problem,
-    lr: float | Schedule = 3e-3,
+    lr: float | Schedule | None = None,
     optimizer: str = "adam",
-    num_samples: int = 1,
+    num_samples: int | None = None,
     inner_steps: int = 1,
-    alpha_max: float = 0.5,
-    warmup: int = 1000,
+    alpha_max: float | None = None,
+    warmup: int | None = None,
     init_std: float = 1e-3,
     loss: str = "rb",
-    solver: str = "gradient",
+    solver: str = "closed_form",
     omega: float | None = None,
-    a_min: float = 1e-8,
+    curvature_decay: float | None = None,
+    antithetic: bool | None = None,
+    a_min: float | None = None,
+    max_step: float = float("inf"),
     kld: float = 1.0,
-    precondition: bool = True,
+    precondition: str | bool = "sigma2",
 ) -> ScoreVI:
-    """SSM-prox with a diagonal Gaussian (see the module docstring for every option).
+    """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
 
-    Defaults (lr 3e-3 with Adam, init_std 1e-3, K = 1, one draw) come from the study in
-    ``benchmarks/results/score-vi-study`` (``bdlkit bench score-vi-study``): K = 5 anchors
-    were worse on both problems, and α acts only with K > 1.
+    Args:
+        problem: a Target or BayesianModel.
+        lr: the gradient solver's step size (per datum, as ADVI's; default 3e-3); the
+            closed form has none (ω is its step).
+        optimizer: "adam" or "sgd" (gradient solver).
+        num_samples: S draws per step (default: 2, one antithetic pair, for the closed
+            form; 1 for the gradient solver).
+        inner_steps: K optimiser steps per anchor (gradient solver; the closed form solves
+            each anchor's problem exactly, K = 1).
+        alpha_max: the proximal weight after the warm-up, in [0, 1] (default 0.5).
+        warmup: steps over which α rises from 0 to α_max (default: 10 % of the run for
+            the closed form; 0 for the gradient solver).
+        init_std: σ of q₀ around the initial parameters.
+        loss: "rb" (Rao-Blackwellised) or "mc" (Monte Carlo).
+        solver: "closed_form" (the proximal argmin, default) or "gradient".
+        omega: the closed form's damping in (0, 1] (default in ``SOLVER_DEFAULTS``).
+        curvature_decay: β in [0, 1) of the average of the Stein curvature over steps
+            (closed form; 0: this step's estimate only, as in the paper).
+        antithetic: draw S/2 pairs μ_t ± σ_t ε (default: on for the closed form).
+        a_min: precision floor of the closed form (default :func:`precision_floor`).
+        max_step: the closed form's trust region: no coordinate of μ moves by more than
+            this many σ in one step (counted in ``info["step_clipped"]``; default inf:
+            none, as a capped divergence hides from the guard).
+        kld: likelihood inflation 1/kld, kld in (0, 1] (a BayesianModel only).
+        precondition: "sigma2" (default; True), "natural" or "none" (False) for the
+            gradient solver.
     """
+    if solver not in SOLVER_DEFAULTS:
+        raise ValueError(f"solver must be 'closed_form' or 'gradient', got {solver!r}")
+    given = {"lr": lr, "num_samples": num_samples, "antithetic": antithetic, "alpha_max": alpha_max,
+             "warmup": warmup, "omega": omega, "curvature_decay": curvature_decay}
+    _warn_inert(solver, inner_steps, given)
+    opts = {k: (SOLVER_DEFAULTS[solver][k] if v is None else v) for k, v in given.items()}
+    if isinstance(precondition, bool):
+        precondition = "sigma2" if precondition else "none"
+    _check(problem, solver, loss, precondition, inner_steps, init_std, kld, a_min, max_step,
+           opts)
+    return ScoreVI(problem, optimizer=optimizer, inner_steps=int(inner_steps),
+                   init_std=float(init_std), loss=loss, solver=solver, a_min=a_min,
+                   max_step=float(max_step),
+                   kld=float(kld), precondition=precondition,
+                   **{**opts, "num_samples": int(opts["num_samples"])})
+
+
+def _warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
+    """Warn about options the user set that cannot act in this configuration."""
+    if solver == "closed_form" and inner_steps != 1:
+        raise ValueError(f"inner_steps={inner_steps}: the closed form solves each anchor's "
+                         "problem exactly (K = 1); use solver='gradient' for K > 1")
+    rules = [  # (solver, needs K = 1, options, why and fix)
+        ("gradient", False, ("omega", "curvature_decay"),
+         "they are options of solver='closed_form'"),
+        ("gradient", True, ("alpha_max", "warmup"),
+         "α has no effect with one inner step, the proximal term having zero gradient at "
+         "the anchor: use inner_steps > 1 or solver='closed_form'"),
+        ("closed_form", False, ("lr",),
+         "the closed form takes damped argmin steps of size omega, not lr: set omega"),
+    ]
+    for rule_solver, only_k1, keys, why in rules:
+        inert = [k for k in keys if given[k] is not None]
+        if inert and solver == rule_solver and (inner_steps == 1 or not only_k1):
+            warnings.warn(f"score_vi: {', '.join(inert)} cannot act with solver={solver!r} "
+                          f"and inner_steps={inner_steps} ({why})", stacklevel=3)
+
+
+def _check(problem: Problem, solver: str, loss: str, precondition: str, inner_steps: Any,
+           init_std: float, kld: float, a_min: float | None, max_step: float,
+           opts: dict[str, Any]) -> None:
     if loss not in ("rb", "mc"):
         raise ValueError(f"loss must be 'rb' (Rao-Blackwellised) or 'mc', got {loss!r}")
-    if solver not in ("gradient", "closed_form"):
-        raise ValueError(f"solver must be 'gradient' or 'closed_form', got {solver!r}")
-    if solver == "closed_form" and (omega is None or not 0 < omega <= 1):
-        raise ValueError("solver='closed_form' needs an explicit damping 0 < omega <= 1 "
-                         "(no value is safe in general: algorithms.md B.4.4)")
-    if loss == "mc" and num_samples < 2 and solver == "closed_form":
-        raise ValueError("the Monte Carlo closed form is singular for num_samples=1: use "
-                         "loss='rb'")
-    for name, value, low in (("num_samples", num_samples, 1), ("inner_steps", inner_steps, 1),
-                             ("warmup", warmup, 0)):
-        if int(value) != value or value < low:
+    if precondition not in PRECONDITIONERS:
+        raise ValueError(f"precondition must be one of {PRECONDITIONERS}, got {precondition!r}")
+    s = opts["num_samples"]
+    for name, value, low in (("num_samples", s, 1), ("inner_steps", inner_steps, 1)):
+        if isinstance(value, bool) or int(value) != value or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    if not 0 <= alpha_max <= 1:
-        raise ValueError(f"alpha_max must be in [0, 1], got {alpha_max}")
-    if not init_std > 0 or not 0 < kld <= 1 or not a_min > 0:
+    w = opts["warmup"]
+    if w is not None and (isinstance(w, bool) or int(w) != w or w < 0):
+        raise ValueError(f"warmup must be an integer >= 0 (or None: 10 % of the run), got {w!r}")
+    if opts["antithetic"] and s % 2:
+        raise ValueError(f"antithetic=True draws pairs: num_samples must be even, got {s}; "
+                         "pass num_samples=2 (or 4, ...) or antithetic=False")
+    if not 0 <= opts["alpha_max"] <= 1:
+        raise ValueError(f"alpha_max must be in [0, 1], got {opts['alpha_max']}")
+    if solver == "closed_form":
+        if not (opts["omega"] is not None and 0 < opts["omega"] <= 1):
+            raise ValueError(f"omega (the closed form's damping) must be in (0, 1], got "
+                             f"{opts['omega']!r}; try 0.1")
+        if s < 2:
+            raise ValueError(f"num_samples={s}: the closed form's curvature is a covariance "
+                             "over draws and needs num_samples >= 2 (default: one antithetic "
+                             "pair, num_samples=2)")
+        if not 0 <= opts["curvature_decay"] < 1:
+            raise ValueError(f"curvature_decay must be in [0, 1) (0: no averaging), got "
+                             f"{opts['curvature_decay']!r}; try 0.9")
+    if not max_step > 0:
+        raise ValueError(f"max_step (in units of σ) must be > 0 (inf: no trust region), got "
+                         f"{max_step!r}")
+    if not init_std > 0 or not 0 < kld <= 1 or (a_min is not None and not a_min > 0):
         raise ValueError("init_std and a_min must be > 0 and kld in (0, 1]")
     if kld != 1.0 and isinstance(problem, Target):
         raise ValueError("kld (likelihood inflation) needs a BayesianModel with a prior")
-    if not callable(lr) and not lr > 0:
+    lr = opts["lr"]
+    if lr is not None and not callable(lr) and not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
-    return ScoreVI(problem, lr=lr, optimizer=optimizer, num_samples=num_samples,
-                   inner_steps=inner_steps, alpha_max=alpha_max, warmup=warmup,
-                   init_std=init_std, loss=loss, solver=solver, omega=omega, a_min=a_min,
-                   kld=kld, precondition=precondition)
 
 
 __all__ = [
-    "ScoreVI", "ScoreVIState", "anchored_rb_gradients", "build", "mc_gradients",
-    "minibatch_scores", "rb_gradients",
+    "SOLVER_DEFAULTS", "ScoreVI", "ScoreVIState", "anchored_rb_gradients", "build",
+    "cross_term", "mc_gradients", "minibatch_scores", "natural_precondition",
+    "precision_floor", "rb_gradients",
 ]

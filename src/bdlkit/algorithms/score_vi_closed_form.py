@@ -1,19 +1,40 @@
-"""The closed-form SSM-prox step for the diagonal Gaussian, damped and guarded (``algorithms.md`` B.4.4).
+"""The proximal (closed-form) SSM-prox step for the diagonal Gaussian (``docs/score_vi.md``).
 
-In natural parameters a = 1/σ², b = a·μ the loss is quadratic per coordinate; with the
-Rao-Blackwellised moments of the anchor q_t (m1 = μ_t, v = σ_t², Ĉ = mean_k (θ_k − μ_t) ŝ_k)::
+Per iteration the paper's objective E_{q_t}[α‖∇log q − ∇log q_t‖² + ‖∇log q − ŝ‖²] is a
+quadratic in the natural parameters a = 1/σ², b = a·μ of each coordinate, so its argmin
+is exact: a per-coordinate regression of the score on θ. With the anchor q_t = N(μ_t, σ_t²)
+and S draws θ_k ~ q_t::
 
-    â = −Ĉ / v
-    a_new = (α a_t + â) / (1 + α),     b_new = (α b_t + ŝ̄ + â m1) / (1 + α)
-    a ← (1 − ω) a + ω a_new,           b ← (1 − ω) b + ω b_new,      a ≥ a_min
+    ŝ̄ = mean_k ŝ_k
+    â = −Ĉ / v                 Stein: E[â] = E_{q_t}[−∂²_ii log π]  (a diagonal Hessian)
+    ā = EMA_β(â)               curvature averaged over steps (β = ``curvature_decay``)
+    a_new = (α a_t + ā) / (1 + α),   b_new = (α b_t + ŝ̄ + ā m1) / (1 + α)
+    a ← max((1 − ω) a + ω a_new, a_min),   μ ← μ + ω (ŝ̄ + ā (m1 − μ_t)) / ((1 + α) a)
 
-Undamped it is a Jacobi iteration on the mean that converges iff
-ω·λ_max(D⁻¹Λ) < 2(1 + α) on a Gaussian target N(m, Λ⁻¹), D = diag Λ (B.4.5). The guard:
-δ_t = max_i |Δμ_i|·√a_i; per window of ``GUARD_WINDOW`` steps, if the window's mean δ grew
-by more than ``GUARD_GROWTH`` over the previous window's (or a, b became non-finite), restore
-(a, b) from the start of the earlier window and halve ω (also at once when a precision
-had to be clipped at a_min, the first sign of overshooting); after ``GUARD_MAX_HALVINGS``
-halvings raise, recommending the gradient solver. Window sizes are tuning values, not derived.
+``loss="rb"`` (Rao-Blackwellised): m1 = μ_t, v = σ_t² and the *centred* cross-covariance
+Ĉ = Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), unbiased for E[(θ − μ_t) ŝ] and free of the noise
+∝ |μ_t − mode|/σ_t that the uncentred mean_k (θ_k − μ_t) ŝ_k carries (it blew up from a
+tiny σ₀). With antithetic pairs θ = μ_t ± σ_t ε the draws sum to μ_t, so Ĉ = mean_k
+(θ_k − μ_t) ŝ_k is already centred and unbiased: it is the finite-difference Hutchinson
+estimate ε ⊙ H(σ_t ε)/σ_t of the Hessian diagonal, whose noise comes from the Hessian's
+off-diagonal coupling only. The minibatch noise of ŝ cancels when the pair shares one
+minibatch, and no part of it grows as σ_t shrinks. ``loss="mc"``: the exact least squares
+of the Monte Carlo loss (m1 = mean θ_k, v the 1/S variance). The μ form of the last line
+is algebra on the damped b update. It stays bounded when a is clipped at ``a_min``, where
+b/a would not be.
+
+Damping ω is a stronger proximal weight (α_eff = (1 + α)/ω − 1): the step is a natural
+gradient step of size ω/(1 + α) on the mean, and the precision relaxes to ā at that rate,
+so σ moves by a fixed fraction per step whatever its scale (tiny σ₀ are no problem). On a
+Gaussian target N(m, Λ⁻¹), D = diag Λ, the mean iteration converges iff
+ω·λ_max(D⁻¹Λ) < 2(1 + α). The divergence guard: δ_t = max_i |Δμ_i|·√a_i; per window
+of ``GUARD_WINDOW`` steps, if the window's mean δ grew by more than ``GUARD_GROWTH`` over
+the previous window's (or a, b became non-finite), restore λ from the start of the earlier
+window and halve ω. The growth test waits while σ itself is still moving (median |Δ log σ|
+over the window above ``SETTLED_LOG_SIGMA``): as σ grows from a tiny σ₀ the standardised
+step grows with it, and that is not divergence; so does it below ``GUARD_TOL`` σ; after ``GUARD_MAX_HALVINGS`` halvings raise, recommending the gradient
+solver. A non-finite â is dropped from the average (counted in ``info``); a precision
+below ``a_min`` is clipped (counted). The window sizes are tuning values, not derived.
 """
 
 from __future__ import annotations
@@ -25,92 +46,147 @@ import torch
 from torch import Tensor
 
 from ..errors import NonFiniteError
-from ..families import diag_gaussian as family
 from ..families.diag_gaussian import DiagGaussianParams
-from ..tree import TensorTree, pytree_dataclass, tree_leaves, tree_map
+from ..tree import TensorTree, pytree_dataclass, tree_leaves, tree_map, zeros_like
 
 GUARD_WINDOW = 10
 GUARD_GROWTH = 2.0
 GUARD_MAX_HALVINGS = 5
+GUARD_TOL = 1e-6  # mean standardised steps below this are convergence, not divergence
+SETTLED_LOG_SIGMA = 0.35  # the growth test waits while the median σ changes by > √2 a window
 
 
 @pytree_dataclass
-class GuardState:
+class ClosedFormState:
     omega: Tensor  # current damping
     halvings: int
     saved_prev: DiagGaussianParams  # λ at the start of the previous window
     saved_cur: DiagGaussianParams  # λ at the start of the current window
     delta_sum: Tensor  # Σ δ over the current window
     prev_mean: Tensor  # mean δ of the previous window (NaN: none yet)
+    curvature: TensorTree  # Σ_j β^(t−j) (1 − β) â_j: the un-normalised average of â
+    weight: TensorTree  # Σ_j β^(t−j) (1 − β) over the steps whose â was finite
 
 
-def init_guard(lam: DiagGaussianParams, omega: float) -> GuardState:
+def init(lam: DiagGaussianParams, omega: float) -> ClosedFormState:
     ref = tree_leaves(lam.mu)[0]
     scalar = {"dtype": torch.float64, "device": ref.device}
-    return GuardState(omega=torch.tensor(float(omega), **scalar), halvings=0, saved_prev=lam,
-                      saved_cur=lam, delta_sum=torch.zeros((), **scalar),
-                      prev_mean=torch.tensor(math.nan, **scalar))
+    return ClosedFormState(
+        omega=torch.tensor(float(omega), **scalar), halvings=0, saved_prev=lam, saved_cur=lam,
+        delta_sum=torch.zeros((), **scalar), prev_mean=torch.tensor(math.nan, **scalar),
+        curvature=zeros_like(lam.mu), weight=zeros_like(lam.mu))
+
+
+def curvature(anchor: DiagGaussianParams, thetas: TensorTree, scores: TensorTree, loss: str,
+              antithetic: bool) -> tuple[TensorTree, TensorTree]:
+    """``(â, m1)`` per coordinate from draws of the anchor (module docstring)."""
+    def per_leaf(mu_t: Tensor, rho_t: Tensor, theta: Tensor, s: Tensor):
+        n = theta.shape[0]
+        if loss == "mc":
+            m1 = theta.mean(0)
+            v = ((theta - m1) ** 2).mean(0)
+            c = ((theta - m1) * (s - s.mean(0))).mean(0)
+            return -c / v, m1
+        dev = theta - mu_t
+        c = (dev * s).mean(0) if antithetic else (dev * (s - s.mean(0))).sum(0) / (n - 1)
+        return -c * (-2 * rho_t).exp(), mu_t
+
+    return _split(tree_map(per_leaf, anchor.mu, anchor.rho, thetas, scores))
 
 
 def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
-         scores: TensorTree, alpha: float, guard: GuardState, a_min: float,
-         t: int) -> tuple[DiagGaussianParams, GuardState]:
-    """One damped closed-form update of λ, checked by the divergence guard."""
-    omega = float(guard.omega)
-    a_cur, b_cur = family.natural(lam)
-    a_t, b_t = family.natural(anchor)
+         scores: TensorTree, alpha: float, state: ClosedFormState, *, a_min: TensorTree,
+         decay: float, loss: str, antithetic: bool, max_step: float, t: int
+         ) -> tuple[DiagGaussianParams, ClosedFormState, dict[str, float]]:
+    """One damped argmin update of λ with the averaged curvature, checked by the guard."""
+    omega = float(state.omega)
+    a_hat, m1 = curvature(anchor, thetas, scores, loss, antithetic)
+    counts = {"curvature_nonfinite": 0, "precision_clipped": 0, "step_clipped": 0}
 
-    def update(a, b, at, bt, mu_t, theta, s):
-        v = 1.0 / at
-        a_hat = -((theta - mu_t) * s).mean(0) / v
-        a_new = (alpha * at + a_hat) / (1 + alpha)
-        b_new = (alpha * bt + s.mean(0) + a_hat * mu_t) / (1 + alpha)
+    def average(c: Tensor, w: Tensor, ah: Tensor):
+        ok = torch.isfinite(ah)
+        counts["curvature_nonfinite"] += int((~ok).sum())
+        c = torch.where(ok, decay * c + (1 - decay) * ah, decay * c)
+        w = torch.where(ok, decay * w + (1 - decay), decay * w)
+        return c, w
+
+    curv, weight = _split(tree_map(average, state.curvature, state.weight, a_hat))
+
+    def update(a, mu, mu_t, rho_t, c, w, s, m, floor):
+        a_t = (-2 * rho_t).exp()
+        a_bar = torch.where(w > 0, c / w.clamp_min(1e-300), a_t)  # no finite â yet: keep a_t
+        a_new = (alpha * a_t + a_bar) / (1 + alpha)
         a_next = (1 - omega) * a + omega * a_new
-        clipped.append(bool((a_next < a_min).any()))
-        return a_next.clamp_min(a_min), (1 - omega) * b + omega * b_new
+        low = a_next < floor
+        counts["precision_clipped"] += int(low.sum())
+        a_next = torch.where(low, floor, a_next)
+        move = omega * (s.mean(0) + a_bar * (m - mu_t)) / ((1 + alpha) * a_next)
+        bound = max_step * a_next.rsqrt()
+        far = move.abs() > bound
+        counts["step_clipped"] += int(far.sum())
+        return a_next, mu + torch.where(far, bound.copysign(move), move)
 
-    clipped: list[bool] = []
-
-    pairs = tree_map(update, a_cur, b_cur, a_t, b_t, anchor.mu, thetas, scores)
-    if isinstance(pairs, tuple):
-        a_next, b_next = pairs
-    else:
-        a_next = {k: v[0] for k, v in pairs.items()}
-        b_next = {k: v[1] for k, v in pairs.items()}
-    new = family.from_natural(a_next, b_next)
-    finite = all(bool(torch.isfinite(x).all()) for x in tree_leaves((a_next, b_next)))
-    delta = max(float(((m1 - m0).abs() * a.sqrt()).max()) for m1, m0, a in
-                zip(tree_leaves(new.mu), tree_leaves(lam.mu), tree_leaves(a_next)))
-    delta_sum = guard.delta_sum + (delta if finite else math.inf)
+    a_cur = tree_map(lambda r: (-2 * r).exp(), lam.rho)
+    a_next, mu_next = _split(tree_map(update, a_cur, lam.mu, anchor.mu, anchor.rho, curv,
+                                      weight, scores, m1, a_min))
+    new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: -0.5 * a.log(), a_next))
+    info = {**{k: float(v) for k, v in counts.items()}, "omega": omega}
+    finite = all(bool(torch.isfinite(x).all()) for x in tree_leaves((new.mu, new.rho)))
     if not finite:
-        return _back_off(guard, t, "a or b became non-finite")
-    if any(clipped):
-        # a precision went non-positive: the iteration is overshooting (B.4.4 caveat)
-        return _back_off(guard, t, f"a precision fell below a_min={a_min:g}")
+        lam_b, state_b = _back_off(state, t, "μ or σ became non-finite")
+        return lam_b, state_b, info
+    delta = max(float(((m1_ - m0).abs() * a.sqrt()).max()) for m1_, m0, a in
+                zip(tree_leaves(new.mu), tree_leaves(lam.mu), tree_leaves(a_next)))
+    kept = dict(curvature=curv, weight=weight)
+    delta_sum = state.delta_sum + delta
     if (t + 1) % GUARD_WINDOW:
-        return new, GuardState(guard.omega, guard.halvings, guard.saved_prev, guard.saved_cur,
-                               delta_sum, guard.prev_mean)
+        return new, ClosedFormState(state.omega, state.halvings, state.saved_prev,
+                                    state.saved_cur, delta_sum, state.prev_mean, **kept), info
     mean = delta_sum / GUARD_WINDOW
-    if torch.isfinite(guard.prev_mean) and mean > GUARD_GROWTH * guard.prev_mean:
-        return _back_off(guard, t, f"the mean step grew from {float(guard.prev_mean):.3g} "
-                                   f"to {float(mean):.3g}")
-    zero = torch.zeros_like(guard.delta_sum)
-    return new, GuardState(guard.omega, guard.halvings, guard.saved_cur, new, zero, mean)
+    moving = _median_log_sigma_change(new, state.saved_cur) > SETTLED_LOG_SIGMA
+    if not moving and torch.isfinite(state.prev_mean) and mean > GUARD_TOL \
+            and mean > GUARD_GROWTH * state.prev_mean:
+        lam_b, state_b = _back_off(state, t, f"the mean step grew from "
+                                   f"{float(state.prev_mean):.3g} to {float(mean):.3g}")
+        return lam_b, state_b, info
+    zero = torch.zeros_like(state.delta_sum)
+    return new, ClosedFormState(state.omega, state.halvings, state.saved_cur, new, zero, mean,
+                                **kept), info
 
 
-def _back_off(guard: GuardState, t: int, why: str) -> tuple[DiagGaussianParams, GuardState]:
-    halvings = guard.halvings + 1
+def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -> float:
+    """Median over coordinates of |Δ log σ| across the window."""
+    diffs = [(n - o).abs().reshape(-1) for n, o in zip(tree_leaves(new.rho),
+                                                        tree_leaves(old.rho))]
+    return float(torch.cat(diffs).median())
+
+
+def _split(pairs) -> tuple[TensorTree, TensorTree]:
+    if isinstance(pairs, tuple):
+        return pairs
+    return {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
+
+
+def _back_off(state: ClosedFormState, t: int, why: str
+              ) -> tuple[DiagGaussianParams, ClosedFormState]:
+    halvings = state.halvings + 1
     if halvings > GUARD_MAX_HALVINGS:
         raise NonFiniteError(
             f"score_vi closed-form solver diverged at step {t + 1} ({why}) even after halving "
-            f"omega {GUARD_MAX_HALVINGS} times (now {float(guard.omega):.3g}); the posterior "
-            "is too strongly coupled for the Jacobi iteration: use solver='gradient'"
+            f"omega {GUARD_MAX_HALVINGS} times (now {float(state.omega):.3g}); the posterior "
+            "is too strongly coupled for this damping: pass a smaller omega or use "
+            "solver='gradient'"
         )
-    omega = guard.omega / 2
+    omega = state.omega / 2
     warnings.warn(f"score_vi closed form: {why} at step {t + 1}; restoring the iterate of "
                   f"{GUARD_WINDOW}-{2 * GUARD_WINDOW} steps ago and halving omega to "
                   f"{float(omega):.3g}", stacklevel=3)
-    restored = guard.saved_prev
-    nan = torch.full_like(guard.prev_mean, math.nan)
-    return restored, GuardState(omega, halvings, restored, restored,
-                                torch.zeros_like(guard.delta_sum), nan)
+    restored = state.saved_prev
+    nan = torch.full_like(state.prev_mean, math.nan)
+    return restored, ClosedFormState(omega, halvings, restored, restored,
+                                     torch.zeros_like(state.delta_sum), nan, state.curvature,
+                                     state.weight)
+
+
+__all__ = ["ClosedFormState", "GUARD_MAX_HALVINGS", "GUARD_WINDOW", "curvature", "init",
+           "step"]
