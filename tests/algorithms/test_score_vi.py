@@ -38,6 +38,10 @@ def excess_kl(q, lam, m):
                         - diag.log().sum()))
 
 
+def prox(problem, **kw):
+    return score_vi.build(problem, solver="closed_form", **kw)
+
+
 def run(alg, steps, init, seed=1, batch=None):
     alg = alg.for_run(steps) if hasattr(alg, "for_run") else alg
     state = alg.init(init, generator=torch.Generator().manual_seed(seed))
@@ -97,7 +101,7 @@ def test_alpha_cannot_act_at_one_inner_step_and_setting_it_warns():
     sa, sb = (run(alg, 50, torch.zeros(4, dtype=F64))[1].lam for alg in (a, b))
     assert torch.equal(sa.mu, sb.mu) and torch.equal(sa.rho, sb.rho)
     with pytest.warns(UserWarning, match="lr cannot act"):
-        score_vi.build(target, lr=0.1)  # closed form
+        score_vi.build(target, solver="closed_form", lr=0.1)
     with pytest.warns(UserWarning, match="omega"):
         score_vi.build(target, solver="gradient", omega=0.5)
 
@@ -159,12 +163,12 @@ def test_closed_form_reaches_the_mean_field_optimum_from_a_tiny_initial_sigma():
     target, start = gaussian_target(lam, m), torch.zeros(20, dtype=F64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the guard must not need to act
-        alg, state, info = run(score_vi.build(target, omega=0.3, init_std=1e-6), 200, start)
-    prox = excess_kl(alg.approximation(state), lam, m)
+        alg, state, info = run(prox(target, omega=0.3, init_std=1e-6), 200, start)
+    kl_prox = excess_kl(alg.approximation(state), lam, m)
     best_advi = min(excess_kl(a.approximation(s), lam, m) for a, s, _ in (
         run(advi.build(target, lr=lr, num_samples=2, init_std=1e-6), 200, start)
         for lr in (0.01, 0.03, 0.1, 0.3)))
-    assert prox < 0.25 and best_advi > 1.0
+    assert kl_prox < 0.25 and best_advi > 1.0
     assert info["precision_clipped"] == 0 and info["curvature_nonfinite"] == 0
 
 
@@ -173,7 +177,7 @@ def test_closed_form_converges_when_the_stability_condition_holds():
     lam_max = torch.linalg.eigvals(lam / torch.diagonal(lam)[:, None]).real.max().item()
     omega = 0.1
     assert omega * lam_max < 2  # B.4.5 with the warm-up's α = 0, stated before iterating
-    alg, state, _ = run(score_vi.build(gaussian_target(lam, m), omega=omega, num_samples=8,
+    alg, state, _ = run(prox(gaussian_target(lam, m), omega=omega, num_samples=8,
                                        curvature_decay=0.99, init_std=1.0), 3000,
                         torch.zeros(4, dtype=F64))
     q = alg.approximation(state)
@@ -187,7 +191,7 @@ def test_guard_catches_the_divergent_closed_form_and_recovers():
     lam = 0.5 * torch.ones(d, d, dtype=F64) + 0.5 * torch.eye(d, dtype=F64)
     target = gaussian_target(lam, torch.zeros(d, dtype=F64))
     with pytest.warns(UserWarning, match="halving omega"):
-        alg, state, _ = run(score_vi.build(target, num_samples=10, omega=1.0, alpha_max=1.0,
+        alg, state, _ = run(prox(target, num_samples=10, omega=1.0, alpha_max=1.0,
                                            warmup=0, init_std=1.0), 600,
                             torch.full((d,), 3.0, dtype=F64))
     q = alg.approximation(state)
@@ -201,7 +205,7 @@ def test_guard_gives_up_with_a_clear_error(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(NonFiniteError, match="solver='gradient'"):
-            run(score_vi.build(gaussian_target(lam, torch.zeros(d, dtype=F64)), num_samples=10,
+            run(prox(gaussian_target(lam, torch.zeros(d, dtype=F64)), num_samples=10,
                                omega=1.0, alpha_max=1.0, warmup=0, init_std=1.0), 600,
                 torch.full((d,), 3.0, dtype=F64))
 
@@ -211,7 +215,7 @@ def test_precision_floor_is_the_prior_precision_and_clipping_is_counted():
     pushed below the floor is clipped and counted in info."""
     ds, model = mlp_model()
     assert score_vi.precision_floor(model) == 1.0
-    alg = score_vi.build(model, a_min=1e6, init_std=0.1)  # a floor above every a: all clipped
+    alg = prox(model, a_min=1e6, init_std=0.1)  # a floor above every a: all clipped
     state = alg.init(generator=torch.Generator().manual_seed(0))
     state, info = alg.step(state, (ds.x_train[:64], ds.y_train[:64]))
     size = sum(p.numel() for p in tree_leaves(state.lam.mu))
@@ -220,9 +224,11 @@ def test_precision_floor_is_the_prior_precision_and_clipping_is_counted():
                for r in tree_leaves(state.lam.rho))
 
 
-def test_digits_closed_form_has_map_accuracy_lower_nll_and_a_real_sigma():
-    """Default score_vi (the closed form), 1000 steps: accuracy within 2 points of MAP, a lower
-    NLL, and a σ that left its initial value (not a point estimate)."""
+def test_digits_default_has_map_accuracy_and_a_real_sigma():
+    """Default score_vi (gradient solver = ADVI), 1000 steps: accuracy within 2 points of
+    MAP and a σ that left its initial value (not a point estimate). Its NLL is higher than
+    MAP's here (measured 0.096 vs 0.069): the former defaults "won" on NLL only because σ
+    stayed near 1e-3, a MAP in disguise, so no NLL win is asserted."""
     from bdlkit.evaluation import classification_values
 
     ds = bdlkit.data.load("digits")
@@ -238,8 +244,8 @@ def test_digits_closed_form_has_map_accuracy_lower_nll_and_a_real_sigma():
         if method == "score_vi":
             sigma = family.sigma_summary(res.state.lam)[-1]["median"]
     assert values["score_vi"]["accuracy"] >= values["map"]["accuracy"] - 0.02
-    assert values["score_vi"]["nll"] < values["map"]["nll"]
-    assert sigma > 10 * 1e-3
+    assert values["score_vi"]["nll"] < 2 * values["map"]["nll"]
+    assert sigma > 10 * 1e-2  # init_std 1e-2: measured 0.67 (0.86 after 10 000 steps)
 
 
 # ------------------------------------------------------------------ K > 1 (generic route)
@@ -274,16 +280,17 @@ def test_natural_preconditioning_makes_more_inner_steps_help():
 def test_bad_hyperparameters_fail_before_any_step(kw, match):
     target = gaussian_target(torch.eye(2, dtype=F64), torch.zeros(2, dtype=F64))
     with pytest.raises(ValueError, match=match):
-        score_vi.build(target, **kw)
+        score_vi.build(target, **{"solver": "closed_form", **kw})
 
 
 def test_defaults_are_resolved_per_solver():
     target = gaussian_target(torch.eye(2, dtype=F64), torch.zeros(2, dtype=F64))
-    prox, grad = score_vi.build(target), score_vi.build(target, solver="gradient")
-    assert (prox.solver, prox.num_samples, prox.antithetic, prox.warmup) == \
-        ("closed_form", 2, True, None)
-    assert prox.for_run(1000).warmup == 100
-    assert (grad.num_samples, grad.antithetic, grad.lr, grad.warmup) == (1, False, 3e-3, 0)
+    grad, cf = score_vi.build(target), prox(target)
+    assert (grad.solver, grad.num_samples, grad.antithetic, grad.lr, grad.warmup) == \
+        ("gradient", 1, False, 1e-2, 0)
+    assert (cf.num_samples, cf.antithetic, cf.warmup, cf.omega, cf.lr) == (2, True, None, 0.1,
+                                                                         None)
+    assert cf.for_run(1000).warmup == 100
 
 
 @pytest.mark.parametrize("solver", ["closed_form", "gradient"])

@@ -41,13 +41,15 @@ Scale: the optimiser minimises −ELBO/N (N = ``num_data``; 1 for a Target), as 
 by 1/N like the rest. Cost (B.7): S network forward + backward passes plus O(Sd), and
 memory for λ (2d) plus the optimiser's moments.
 
-``init_std`` (default 1e-3): q starts almost as a point mass at the initial (random,
-pretrained or MAP) weights, so the first steps behave like MAP training instead of
-destroying the network with weight noise at prior scale (BayesDLL starts at 1e-6). For a
-network trained on N ≳ 10⁴ points, 1e-3 is still below the typical posterior std of a weight
-(≈ 1/√(N·curvature)). It is also large enough for Adam to grow log σ (about ``lr`` per
-step) to 1e-2 within a few thousand steps. For a Target of unit scale, pass ``init_std=1``.
-``init(params)`` takes a point μ₀, or a full :class:`DiagGaussianParams` to warm-start.
+``init_std`` and ``lr`` (defaults 1e-2 and 1e-2): under Adam log σ moves by about ``lr`` per
+step, so σ needs about ln(σ*/σ₀)/lr steps to reach its optimum σ*. With the former 1e-3 and
+1e-3 that was ~7 000 steps for σ* ≈ 1 (a prior-dominated weight), and a 1 000-step run
+ended with every σ near 2.7e-3: a point estimate. With 1e-2 and 1e-2 the digits MLP's median
+σ after 1 000 steps is 0.67, against 0.86 after 10 000 (``score_vi``'s gradient solver,
+which has the same iterates). q still starts narrow enough that the first steps train the
+network instead of drowning it in weight noise. For a Target of unit scale, pass
+``init_std=1``. ``init(params)`` takes a point μ₀, or a full :class:`DiagGaussianParams` to
+warm-start.
 """
 
 from __future__ import annotations
@@ -74,11 +76,11 @@ class ADVI(vi.DiagGaussianVI):
     """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring)."""
 
     problem: Problem
-    lr: float | Schedule = 1e-3
+    lr: float | Schedule = 1e-2
     optimizer: str = "adam"
     momentum: float = 0.9
     num_samples: int = 1
-    init_std: float = 1e-3
+    init_std: float = 1e-2
     stl: bool = False
     name: str = "advi"
     kind: str = KIND
@@ -126,11 +128,11 @@ class ADVI(vi.DiagGaussianVI):
 
 def build(
     problem: Problem,
-    lr: float | Schedule = 1e-3,
+    lr: float | Schedule = 1e-2,
     optimizer: str = "adam",
     momentum: float = 0.9,
     num_samples: int = 1,
-    init_std: float = 1e-3,
+    init_std: float = 1e-2,
     stl: bool = False,
 ) -> ADVI:
     """Mean-field ADVI with per-datum ``lr``, ``optimizer`` in {"adam", "sgd"} (``momentum``

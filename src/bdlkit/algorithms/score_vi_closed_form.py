@@ -27,18 +27,24 @@ Damping ω is a stronger proximal weight (α_eff = (1 + α)/ω − 1): the step 
 gradient step of size ω/(1 + α) on the mean, and the precision relaxes to ā at that rate,
 so σ moves by a fixed fraction per step whatever its scale (tiny σ₀ are no problem). On a
 Gaussian target N(m, Λ⁻¹), D = diag Λ, the mean iteration converges iff
-ω·λ_max(D⁻¹Λ) < 2(1 + α). The divergence guard: δ_t = max_i |Δμ_i|·√a_i; per window
-of ``GUARD_WINDOW`` steps, if the window's mean δ grew by more than ``GUARD_GROWTH`` over
-the previous window's (or a, b became non-finite), restore λ from the start of the earlier
-window and halve ω. The growth test waits while σ itself is still moving (median |Δ log σ|
-over the window above ``SETTLED_LOG_SIGMA``): as σ grows from a tiny σ₀ the standardised
-step grows with it, and that is not divergence; so does it below ``GUARD_TOL`` σ; after ``GUARD_MAX_HALVINGS`` halvings raise, recommending the gradient
-solver. A non-finite â is dropped from the average (counted in ``info``); a precision
-below ``a_min`` is clipped (counted). The window sizes are tuning values, not derived.
+ω·λ_max(D⁻¹Λ) < 2(1 + α).
+
+The divergence guard: δ_t = max_i |Δμ_i|·√a_i, averaged per window of ``GUARD_WINDOW``
+steps. When the window mean grows by more than ``GUARD_GROWTH`` over the previous one in
+``GUARD_PATIENCE`` windows in a row (one window's growth is often minibatch noise on a
+network), or λ becomes non-finite, or a draw's score does, λ is restored from the start
+of the earlier window and ω halved; after ``GUARD_MAX_HALVINGS`` halvings it raises,
+recommending the gradient solver. The growth test waits while σ itself is still moving
+(median |Δ log σ| over the window above ``SETTLED_LOG_SIGMA``: as σ grows from a tiny σ₀
+the standardised step grows with it, which is not divergence) and ignores means below
+``GUARD_TOL`` σ (convergence). A non-finite â is dropped from the average and a precision
+below ``a_min`` clipped, both counted in ``info``. The window sizes are tuning values,
+not derived.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -52,6 +58,7 @@ from ..tree import TensorTree, pytree_dataclass, tree_leaves, tree_map, zeros_li
 GUARD_WINDOW = 10
 GUARD_GROWTH = 2.0
 GUARD_MAX_HALVINGS = 5
+GUARD_PATIENCE = 2  # growing windows in a row before backing off (minibatch noise)
 GUARD_TOL = 1e-6  # mean standardised steps below this are convergence, not divergence
 SETTLED_LOG_SIGMA = 0.35  # the growth test waits while the median σ changes by > √2 a window
 
@@ -64,6 +71,7 @@ class ClosedFormState:
     saved_cur: DiagGaussianParams  # λ at the start of the current window
     delta_sum: Tensor  # Σ δ over the current window
     prev_mean: Tensor  # mean δ of the previous window (NaN: none yet)
+    grown: int  # consecutive windows whose mean δ grew by more than GUARD_GROWTH
     curvature: TensorTree  # Σ_j β^(t−j) (1 − β) â_j: the un-normalised average of â
     weight: TensorTree  # Σ_j β^(t−j) (1 − β) over the steps whose â was finite
 
@@ -73,7 +81,7 @@ def init(lam: DiagGaussianParams, omega: float) -> ClosedFormState:
     scalar = {"dtype": torch.float64, "device": ref.device}
     return ClosedFormState(
         omega=torch.tensor(float(omega), **scalar), halvings=0, saved_prev=lam, saved_cur=lam,
-        delta_sum=torch.zeros((), **scalar), prev_mean=torch.tensor(math.nan, **scalar),
+        delta_sum=torch.zeros((), **scalar), prev_mean=torch.tensor(math.nan, **scalar), grown=0,
         curvature=zeros_like(lam.mu), weight=zeros_like(lam.mu))
 
 
@@ -133,25 +141,26 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
     info = {**{k: float(v) for k, v in counts.items()}, "omega": omega}
     finite = all(bool(torch.isfinite(x).all()) for x in tree_leaves((new.mu, new.rho)))
     if not finite:
-        lam_b, state_b = _back_off(state, t, "μ or σ became non-finite")
+        lam_b, state_b = back_off(state, t, "μ or σ became non-finite")
         return lam_b, state_b, info
     delta = max(float(((m1_ - m0).abs() * a.sqrt()).max()) for m1_, m0, a in
                 zip(tree_leaves(new.mu), tree_leaves(lam.mu), tree_leaves(a_next)))
-    kept = dict(curvature=curv, weight=weight)
     delta_sum = state.delta_sum + delta
+    state = dataclasses.replace(state, curvature=curv, weight=weight)
     if (t + 1) % GUARD_WINDOW:
-        return new, ClosedFormState(state.omega, state.halvings, state.saved_prev,
-                                    state.saved_cur, delta_sum, state.prev_mean, **kept), info
+        return new, dataclasses.replace(state, delta_sum=delta_sum), info
     mean = delta_sum / GUARD_WINDOW
     moving = _median_log_sigma_change(new, state.saved_cur) > SETTLED_LOG_SIGMA
-    if not moving and torch.isfinite(state.prev_mean) and mean > GUARD_TOL \
-            and mean > GUARD_GROWTH * state.prev_mean:
-        lam_b, state_b = _back_off(state, t, f"the mean step grew from "
-                                   f"{float(state.prev_mean):.3g} to {float(mean):.3g}")
+    grew = not moving and bool(torch.isfinite(state.prev_mean)) and mean > GUARD_TOL \
+        and mean > GUARD_GROWTH * state.prev_mean
+    grown = state.grown + 1 if grew else 0
+    if grown >= GUARD_PATIENCE:
+        lam_b, state_b = back_off(state, t, f"the mean step grew {GUARD_PATIENCE} windows in a "
+                                  f"row, to {float(mean):.3g}")
         return lam_b, state_b, info
-    zero = torch.zeros_like(state.delta_sum)
-    return new, ClosedFormState(state.omega, state.halvings, state.saved_cur, new, zero, mean,
-                                **kept), info
+    return new, dataclasses.replace(state, saved_prev=state.saved_cur, saved_cur=new,
+                                    delta_sum=torch.zeros_like(delta_sum), prev_mean=mean,
+                                    grown=grown), info
 
 
 def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -> float:
@@ -167,7 +176,7 @@ def _split(pairs) -> tuple[TensorTree, TensorTree]:
     return {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
 
 
-def _back_off(state: ClosedFormState, t: int, why: str
+def back_off(state: ClosedFormState, t: int, why: str
               ) -> tuple[DiagGaussianParams, ClosedFormState]:
     halvings = state.halvings + 1
     if halvings > GUARD_MAX_HALVINGS:
@@ -182,11 +191,11 @@ def _back_off(state: ClosedFormState, t: int, why: str
                   f"{GUARD_WINDOW}-{2 * GUARD_WINDOW} steps ago and halving omega to "
                   f"{float(omega):.3g}", stacklevel=3)
     restored = state.saved_prev
-    nan = torch.full_like(state.prev_mean, math.nan)
-    return restored, ClosedFormState(omega, halvings, restored, restored,
-                                     torch.zeros_like(state.delta_sum), nan, state.curvature,
-                                     state.weight)
+    return restored, dataclasses.replace(
+        state, omega=omega, halvings=halvings, saved_prev=restored, saved_cur=restored,
+        delta_sum=torch.zeros_like(state.delta_sum),
+        prev_mean=torch.full_like(state.prev_mean, math.nan), grown=0)
 
 
-__all__ = ["ClosedFormState", "GUARD_MAX_HALVINGS", "GUARD_WINDOW", "curvature", "init",
-           "step"]
+__all__ = ["ClosedFormState", "GUARD_MAX_HALVINGS", "GUARD_WINDOW", "back_off", "curvature",
+           "init", "step"]

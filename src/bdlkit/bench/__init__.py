@@ -57,7 +57,26 @@ def get_suite(name: str) -> Suite:
     return SUITES[name]
 
 
+#: Suites that can run a subset of their rows and reuse the others from an earlier run.
+ROW_SUITES = ("synthetic",)
+
+
 def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,
-              command: str | None = None, echo: bool = True) -> list[dict[str, Any]]:
-    """Run suite ``name`` into ``out``; returns its rows (also written as JSON and Markdown)."""
-    return get_suite(name)(Path(out), quick=quick, seed=seed, command=command, echo=echo)
+              command: str | None = None, echo: bool = True, rows: tuple[str, ...] = (),
+              reuse: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Run suite ``name`` into ``out``; returns its rows (also written as JSON and Markdown).
+
+    ``rows``/``reuse`` (suites in :data:`ROW_SUITES`): run only these rows and take the
+    others from the results in ``reuse``."""
+    suite = get_suite(name)
+    if not (rows or reuse):
+        return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo)
+    if name not in ROW_SUITES:
+        raise ValueError(f"--rows/--reuse are options of the {', '.join(ROW_SUITES)} suite, "
+                         f"not of {name!r}")
+    known = synthetic.ROWS
+    bad = [r for r in rows if r not in known]
+    if bad:
+        raise ValueError(f"unknown rows {bad} of suite {name!r}; valid: {', '.join(known)}")
+    return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
+                 rows=tuple(rows) or known, reuse=Path(reuse) if reuse else None)

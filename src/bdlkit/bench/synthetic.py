@@ -238,23 +238,59 @@ def _one_run(target: synthetic.SyntheticTarget, setting: Setting, label: str,
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
         echo: bool = True, rows: tuple[str, ...] = ROWS,
         only: Callable[[Setting], bool] | None = None, plan_override: Plan | None = None,
-        ) -> list[dict[str, Any]]:
-    """Run the suite into ``out``; returns the summary rows (one per setting × method)."""
-    out = prepare_bench_out(Path(out))
+        reuse: Path | None = None) -> list[dict[str, Any]]:
+    """Run the suite into ``out``; returns the summary rows (one per setting × method).
+
+    ``reuse``: a folder with an earlier ``results.json`` of the same plan; the rows of
+    :data:`ROWS` not in ``rows`` are taken from it instead of being run again (their
+    records and the command that made them are kept in the new results).
+    """
     p = plan_override or plan(quick, seed)
     chosen = [s for s in settings(quick) if only is None or only(s)]
+    reused = _reused_records(Path(reuse), p, chosen, rows) if reuse is not None else []
+    out = prepare_bench_out(Path(out))
     command = command or f"bdlkit bench synthetic{' --quick' if quick else ''} --out {out}"
     start, records, times = time.perf_counter(), [], StepTimes()
     for setting in sorted(chosen, key=lambda s: s.dim):  # small d first: step times known
         if echo:
             print(f"[synthetic] {setting.name}", flush=True)
         records += run_setting(setting, p, rows, times, echo)
+    all_rows = rows + tuple(dict.fromkeys(r["row"] for r in reused if r["row"] not in rows))
+    order = {label: i for i, label in enumerate(ROWS)}
+    records = sorted(records + [r for r in reused if r["row"] not in rows],
+                     key=lambda r: (r["dim"], order.get(r["row"], len(order))))
     meta = {"suite": "synthetic", "command": command, "quick": quick, "seed": seed,
-            "plan": p.__dict__ | {"seeds": list(p.seeds)}, "rows": list(rows),
+            "plan": p.__dict__ | {"seeds": list(p.seeds)}, "rows": list(all_rows),
             "settings": [s.__dict__ | {"name": s.name} for s in chosen],
-            "grids": {k: [str(g) for g in SPECS[k].grid] for k in rows},
+            "grids": {k: [str(g) for g in SPECS[k].grid] for k in all_rows},
             "wall_seconds": time.perf_counter() - start, "machine": machine_info()}
+    if reused:
+        meta["reused"] = {"rows": sorted({r["row"] for r in reused} - set(rows)),
+                          "from_command": reused[0]["_command"]}
+        for r in records:
+            r.pop("_command", None)
     return synthetic_report.write(out, records, meta)
+
+
+def _reused_records(folder: Path, p: Plan, chosen: list[Setting], rows: tuple[str, ...]
+                    ) -> list[dict[str, Any]]:
+    """The records of the rows not run now, from ``folder/results.json`` (same plan)."""
+    import json
+
+    path = folder / "results.json"
+    if not path.is_file():
+        raise ValueError(f"--reuse {folder}: no results.json there; run the whole suite first")
+    old = json.loads(path.read_text())
+    want = p.__dict__ | {"seeds": list(p.seeds)}
+    if old.get("suite") != "synthetic" or old.get("plan") != want:
+        raise ValueError(f"--reuse {folder}: its plan {old.get('plan')} differs from this "
+                         f"run's {want}; rerun every row (drop --reuse)")
+    names = {s.name for s in chosen}
+    missing = sorted(names - {s["name"] for s in old.get("settings", [])})
+    if missing:
+        raise ValueError(f"--reuse {folder}: settings {missing} are not there; drop --reuse")
+    return [{**r, "_command": old["command"]} for r in old["records"]
+            if r["row"] not in rows and r["setting"] in names]
 
 
 __all__ = ["DESCRIPTION", "ROWS", "Plan", "Setting", "gaussian_kl", "make_measure",

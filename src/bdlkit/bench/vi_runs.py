@@ -25,7 +25,6 @@ on the remaining seeds.
 
 from __future__ import annotations
 
-import inspect
 import math
 import statistics
 import time
@@ -77,12 +76,17 @@ class MethodSpec:
 
 
 def scores_per_step(method: str, hyper: dict[str, Any]) -> int:
-    """Score evaluations (gradients of log π) one step spends: ``num_samples``, by default
-    the default of the method's ``build``."""
+    """Score evaluations (gradients of log π) one step spends: the ``num_samples`` that
+    the method's ``build`` resolves from ``hyper`` (its default may depend on other
+    options, e.g. score_vi's solver)."""
     if "num_samples" in hyper:
         return int(hyper["num_samples"])
-    param = inspect.signature(algorithms.get_method(method).build).parameters["num_samples"]
-    return int(param.default)
+    probe = Target(lambda th: -0.5 * (th * th).sum(-1), dim=1)
+    build = {k: v for k, v in hyper.items() if not isinstance(v, Annealed)}
+    try:
+        return int(algorithms.get_method(method).build(probe, **build).num_samples)
+    except (ValueError, TypeError):  # bad options: run_vi records the error of its build
+        return 1
 
 
 def describe(hyper: dict[str, Any]) -> str:
