@@ -1,11 +1,20 @@
-"""The diagonal Laplace start of the VI benchmarks: mode, scales and the change of variables."""
+"""bdlkit.laplace: the mode, the diagonal Laplace scales, the change of variables and the map back."""
 
 import math
 
 import torch
 
 import bdlkit
-from bdlkit.bench.laplace_start import find_mode, laplace_start, standardized
+from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.families.full_gaussian import FullGaussian, FullGaussianParams
+from bdlkit.laplace import (
+    find_mode,
+    gaussian_to_theta,
+    hessian_diagonal,
+    laplace_start,
+    standardized,
+    state_to_theta,
+)
 from bdlkit.problems import Reference
 
 F64 = torch.float64
@@ -32,7 +41,7 @@ def test_mode_and_scales_of_a_correlated_gaussian():
     start = laplace_start(target)
     assert torch.allclose(start.shift, mean, atol=1e-7)
     assert torch.allclose(start.scale, prec.diagonal().rsqrt(), rtol=1e-6)  # mean-field stds
-    assert "without positive curvature" not in start.message
+    assert "without positive curvature" not in start.message and not start.fallback
 
 
 def test_standardized_target_is_the_same_density_in_new_coordinates():
@@ -60,10 +69,49 @@ def test_a_failing_or_useless_mode_search_falls_back_to_the_origin():
         raise RuntimeError("log density not differentiable here")
 
     start = laplace_start(bdlkit.Target(broken, 2, dtype=F64))
-    assert start.message.startswith("fell back to N(0, I): RuntimeError")
+    assert start.message.startswith("fell back to N(0, I): RuntimeError") and start.fallback
     assert torch.equal(start.shift, torch.zeros(2, dtype=F64))
     assert torch.equal(start.scale, torch.ones(2, dtype=F64))
     # an unbounded density: L-BFGS runs off, the "mode" is not kept unless it is finite
     # and no worse than the origin
     unbounded = laplace_start(bdlkit.Target(lambda x: (x**2).sum(-1), 2, dtype=F64))
     assert bool(torch.isfinite(unbounded.shift).all() and torch.isfinite(unbounded.scale).all())
+
+
+def test_hessian_diagonal_in_chunks_equals_the_full_hessian():
+    target, _, _ = correlated(d=7)
+    x = torch.randn(7, generator=torch.Generator().manual_seed(1), dtype=F64)
+
+    def fn(t):
+        return -target.log_prob(t) + (t**4).sum()  # not quadratic: the diagonal depends on x
+
+    want = torch.func.hessian(fn)(x).diagonal()
+    assert torch.allclose(hessian_diagonal(fn, x, chunk=3), want, atol=1e-10)
+
+
+def test_gaussians_on_z_map_to_the_pushforward_on_theta():
+    target, _, _ = correlated()
+    start = laplace_start(target)
+    g = torch.Generator().manual_seed(2)
+    mu_z, rho_z = torch.randn(4, generator=g, dtype=F64), torch.randn(4, generator=g, dtype=F64)
+    chol_z = torch.linalg.cholesky(torch.eye(4, dtype=F64) + 0.3)
+    for lam, family in ((DiagGaussianParams(mu=mu_z, rho=rho_z), DiagGaussian),
+                        (FullGaussianParams(mean=mu_z, chol=chol_z), FullGaussian)):
+        z = family(lam).sample(5, torch.Generator().manual_seed(3))
+        theta = family(gaussian_to_theta(lam, start)).sample(5, torch.Generator().manual_seed(3))
+        assert torch.allclose(theta, start.shift + start.scale * z, atol=1e-10)
+        # densities differ by the Jacobian: q_θ(θ) = q_z(z) / Π s_i
+        log_q = family(gaussian_to_theta(lam, start)).log_prob(theta)
+        assert torch.allclose(log_q, family(lam).log_prob(z) - start.scale.log().sum())
+
+
+def test_state_to_theta_maps_the_gaussians_and_keeps_the_rest():
+    target, _, _ = correlated()
+    start = laplace_start(target)
+    algo = bdlkit.algorithms.get_method("score_vi").build(target)
+    state = algo.init(torch.zeros(4, dtype=F64), generator=torch.Generator().manual_seed(0))
+    back = state_to_theta(state, start)
+    for name in ("lam", "anchor"):
+        assert torch.allclose(getattr(back, name).mu, start.shift)
+        assert torch.allclose(getattr(back, name).rho, state.lam.rho + start.scale.log())
+    assert back.opt_state is state.opt_state and back.step == state.step

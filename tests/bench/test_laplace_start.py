@@ -1,0 +1,10 @@
+"""The benchmarks start from bdlkit's own diagonal Laplace approximation (not a copy)."""
+
+import bdlkit.laplace
+from bdlkit.bench import laplace_start, posteriordb
+
+
+def test_the_bench_start_is_the_core_laplace_start():
+    for name in ("LaplaceStart", "find_mode", "laplace_start", "standardized"):
+        assert getattr(laplace_start, name) is getattr(bdlkit.laplace, name)
+    assert posteriordb.laplace_start is bdlkit.laplace.laplace_start
