@@ -123,3 +123,16 @@ def test_overwriting_a_sampler_run_with_map_leaves_no_stale_plots(run):
     assert main(["fit", "--method", "map", "--data", "digits", "--out", str(run), "--overwrite",
                  *QUICK]) == 0
     assert not (run / "rhat_layers.png").exists() and not (run / "trace.png").exists()
+
+
+def test_vi_run_report_has_sigma_per_layer_and_the_run_warns_it_never_moved(tmp_path):
+    from bdlkit.errors import PointEstimateWarning
+
+    out = tmp_path / "advi"
+    with pytest.warns(PointEstimateWarning, match="close to a point estimate"):
+        assert main(["fit", "--method", "advi", "--data", "digits", "--out", str(out),
+                     *QUICK[2:], "--steps", "5"]) == 0
+    text = (out / "report.md").read_text()
+    section = text.split("## Variational σ (per layer)")[1].split("## Run")[0]
+    for row in ("| net.0.weight | 6400 |", "| net.2.bias | 10 |", "| all | 7510 |"):
+        assert row in section, row

@@ -7,6 +7,7 @@ The loop, for ``t = start, ..., total - 1``::
     stop if info["log_prob"] is NaN/inf     # last good checkpoint stays on disk
     store.offer(t + 1, params(state))       # burn-in, thinning, cap: bdlkit.collect
     log / evaluate / checkpoint when due
+    at the end of a VI run: warn if σ never moved or q is still moving (bdlkit.vi_checks)
 
 With a ``run_dir`` the runner writes ``log.jsonl`` (one JSON line per logged step)
 and ``checkpoints/step-<t>.safetensors`` (every ``checkpoint_every`` steps, every
@@ -31,7 +32,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from . import rng
+from . import rng, vi_checks
 from .batches import Batches
 from .checkpoint import (
     Checkpoint,
@@ -43,6 +44,8 @@ from .checkpoint import (
 )
 from .collect import DiskStore, MemoryStore, SampleStore
 from .errors import NonFiniteError
+from .families.diag_gaussian import DiagGaussianParams
+from .families.full_gaussian import FullGaussianParams
 from .problems import Target
 from .result import Result
 from .runlog import append_log, read_log, truncate_log
@@ -90,6 +93,9 @@ class Runner:
             ``eval_every`` steps, logged as ``eval/<name>``.
         checkpoint_every, checkpoint_seconds: checkpoint cadence in steps and/or seconds.
         progress: show a tqdm bar with ETA, the log density and the latest evaluation.
+        warm_start: q₀ of a VI run is a Gaussian approximation, not a point with σ =
+            ``init_std`` (default: whether ``init`` is a Gaussian λ); it skips the σ check
+            of :mod:`bdlkit.vi_checks`, which every VI run gets at the end.
     """
 
     def __init__(
@@ -109,6 +115,7 @@ class Runner:
         checkpoint_every: int | None = None,
         checkpoint_seconds: float | None = None,
         progress: bool = False,
+        warm_start: bool | None = None,
     ) -> None:
         for name, value in (("log_every", log_every), ("eval_every", eval_every),
                             ("checkpoint_every", checkpoint_every)):
@@ -135,6 +142,8 @@ class Runner:
         self.log_every, self.eval_fn, self.eval_every = log_every, eval_fn, eval_every
         self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
         self.progress = progress
+        self.warm_start = (isinstance(init, (DiagGaussianParams, FullGaussianParams))
+                           if warm_start is None else warm_start)
         self.last_checkpoint: Path | None = None
 
     def _full_batch(self, batch_size: int) -> int:
@@ -190,6 +199,9 @@ class Runner:
             self.store = default_store(total, isinstance(self.problem, Target), self.run_dir,
                                        **store_options(self.algorithm))
         keep = getattr(self.algorithm, "keep", None)
+        vi = self.algorithm.kind == "vi"
+        watch = vi_checks.snapshot_step(total) if vi and isinstance(self.problem, Target) else None
+        snapshot = None
         state, start, history, elapsed = self._start(total, resume)
         log = self.run_dir / "log.jsonl" if self.run_dir else None
         if log is not None:
@@ -205,6 +217,7 @@ class Runner:
                 new_state, info = self.algorithm.step(state, self.batches(t))
                 self._check_finite(info.get("log_prob"), t + 1)
                 state, t = new_state, t + 1
+                snapshot = state if t == watch else snapshot
                 if sampler and (keep is None or keep(t)):
                     self.store.offer(t, self.algorithm.params(state))
                 entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
@@ -236,6 +249,9 @@ class Runner:
             "wall_time_s": elapsed + time.perf_counter() - clock, "problem": repr(self.problem),
             **(config or {}),
         }
+        if vi:
+            vi_checks.warn_if_unfinished(self.algorithm, state, warm_start=self.warm_start,
+                                         snapshot=snapshot, snapshot_at=watch, total=total)
         store = self.store if sampler else None
         return Result(self.problem, self.algorithm, state, store, history, run_config)
 
