@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    bnn_lowdata,
     diagnostics_speed,
     digits,
     efficiency,
@@ -37,6 +38,7 @@ SUITES: dict[str, Suite] = {
     "posteriordb": posteriordb.run,
     "hmc-agreement": hmc_agreement.run,
     "l2e": l2e.run,
+    "bnn-lowdata": bnn_lowdata.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -48,6 +50,7 @@ DESCRIPTIONS: dict[str, str] = {
     "posteriordb": posteriordb.DESCRIPTION,
     "hmc-agreement": hmc_agreement.DESCRIPTION,
     "l2e": l2e.DESCRIPTION,
+    "bnn-lowdata": bnn_lowdata.DESCRIPTION,
 }
 
 

@@ -1,0 +1,132 @@
+"""The ``bnn-lowdata`` suite: the verdict functions, the claims, and a tiny run end to end."""
+
+import json
+
+import pytest
+
+from bdlkit import bench
+from bdlkit.bench import bnn_lowdata, bnn_lowdata_report
+from bdlkit.bench.bnn_lowdata_report import (
+    compute_claims,
+    lower_verdict,
+    margin_verdict,
+    mean_se,
+    overall_verdict,
+    sigma_warning,
+)
+
+
+def test_mean_se():
+    assert mean_se([]) == (None, None)
+    assert mean_se([0.3]) == (0.3, None)
+    mean, se = mean_se([1.0, 2.0, 3.0])
+    assert mean == pytest.approx(2.0) and se == pytest.approx(1 / 3 ** 0.5)
+
+
+def test_lower_verdict_reaches_every_verdict():
+    assert lower_verdict([-0.10, -0.11, -0.09]) == "supported"
+    assert lower_verdict([0.10, 0.11, 0.09]) == "not supported"
+    assert lower_verdict([-0.1, 0.1, 0.0]) == "inconclusive"
+    assert lower_verdict([-0.1]) == "inconclusive"  # one seed: no standard error
+    assert lower_verdict([]) == "inconclusive"
+
+
+def test_margin_verdict_reaches_every_verdict():
+    assert margin_verdict([0.1, -0.1, 0.0], 0.5) == "supported"
+    assert margin_verdict([2.0, 2.1, 1.9], 0.5) == "not supported"
+    assert margin_verdict([-2.0, -2.1, -1.9], 0.5) == "not supported"
+    assert margin_verdict([0.0, 1.0, 0.5], 0.5) == "inconclusive"  # straddles the margin
+    assert margin_verdict([0.0], 0.5) == "inconclusive"
+
+
+def test_overall_verdict_and_sigma_warning():
+    assert overall_verdict(["supported", "supported"]) == "supported"
+    assert overall_verdict(["supported", "not supported"]) == "not supported"
+    assert overall_verdict(["supported", "inconclusive"]) == "inconclusive"
+    assert overall_verdict([]) == "inconclusive"
+    assert sigma_warning(1.0) and sigma_warning(0.5) and sigma_warning(2.0)
+    assert not sigma_warning(2.5) and not sigma_warning(0.3) and not sigma_warning(None)
+
+
+def _records(prox_ece, advi_ece, prox_moved=30.0):
+    out = []
+    for seed, (p, a) in enumerate(zip(prox_ece, advi_ece)):
+        for label, ece, moved in (("score_vi_prox", p, prox_moved), ("advi", a, 5.0),
+                                  ("map", 0.2, None), ("advi_stl", 0.15, 1.0)):
+            out.append({"model": "mlp", "n": 500, "label": label, "seed": seed, "status": "ok",
+                        "error": 0.1 + 0.001 * seed, "nll": 10 * ece, "ece": ece,
+                        "sigma_moved": moved})
+    return out
+
+
+def test_claims_pair_seeds_and_carry_controls():
+    records = _records([0.05, 0.06, 0.04], [0.10, 0.12, 0.11])
+    rows = [bnn_lowdata_report.summarize([r for r in records if r["label"] == label], {})
+            for label in ("score_vi_prox", "advi", "map", "advi_stl")]
+    claims = compute_claims(records, rows)
+    assert set(claims) == {"comparable_error", "lower_ece", "lower_nll"}
+    cell = claims["lower_ece"]["cells"][0]
+    assert cell["verdict"] == "supported" and claims["lower_ece"]["overall"] == "supported"
+    assert cell["mean_diff"] == pytest.approx(-0.06) and cell["paired_seeds"] == 3
+    assert cell["values"]["map"] == pytest.approx(0.2) and not cell["sigma_warning"]
+    assert claims["comparable_error"]["cells"][0]["verdict"] == "supported"  # same error
+    # a failed advi seed is left out of the pairs; a σ that never moved warns
+    records[1]["status"] = "error: boom"
+    rows[0]["sigma_moved"] = 1.3
+    claims = compute_claims(records, rows)
+    assert claims["lower_nll"]["cells"][0]["paired_seeds"] == 2
+    assert claims["lower_nll"]["cells"][0]["sigma_warning"]
+    text = bnn_lowdata_report.claims_markdown(claims, 1e-3)
+    assert "## Claims" in text and "MAP-like" in text and "**supported**" in text
+
+
+def test_summary_keeps_failures():
+    records = _records([0.05, 0.06], [0.1, 0.1])
+    prox = [r for r in records if r["label"] == "score_vi_prox"]
+    prox[1]["status"] = "error: NonFiniteError: nan"
+    row = bnn_lowdata_report.summarize(prox, {"omega": 0.1})
+    assert row["status"].startswith("partial (1/2 seeds)") and row["seeds"] == 1
+    assert row["ece"] == pytest.approx(0.05) and "ece_std" not in row
+    line = bnn_lowdata_report.table([row])[0]
+    assert line["chosen"] == "omega=0.1" and line["error (%)"] == "10.00"
+
+
+def test_plans_and_registration():
+    assert bench.SUITES["bnn-lowdata"] is bnn_lowdata.run
+    assert "bnn-lowdata" in bench.DESCRIPTIONS
+    quick, full = bnn_lowdata.make_plan(True), bnn_lowdata.make_plan(False)
+    assert quick.models == ("mlp",) and quick.sizes == (1000,) and quick.seeds == 1
+    assert not quick.tune and full.tune and full.sizes == (500, 1000, 2000)
+    assert full.seeds == 3 and full.test_size is None and full.ood_points == 2000
+    assert quick.steps["mlp"] < full.steps["mlp"]
+    sizes = {len(bnn_lowdata.GRIDS[k]) for k in bnn_lowdata.GRIDS}
+    assert sizes == {3}  # every tuned row: a grid of the same size
+    assert bnn_lowdata.METHODS["score_vi_prox"] == ("score_vi", {"solver": "closed_form"})
+    hyper = bnn_lowdata.hyper_for("cnn", "csghmc", {})
+    assert hyper["lr"] == 0.05 and "init_std" not in hyper
+    assert bnn_lowdata.hyper_for("mlp", "advi", {"lr": 0.01})["init_std"] == \
+        bnn_lowdata.INIT_STD
+
+
+def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(bnn_lowdata, "warm_up", lambda: None)
+    plan = bnn_lowdata.Plan(("mlp",), (60,), 1, {"mlp": 6}, tune=True,
+                            methods=("map", "advi", "score_vi_prox"), test_size=100,
+                            ood_points=50)
+    rows = bnn_lowdata.run(tmp_path, plan=plan, echo=False)
+    assert [r["method"] for r in rows] == ["map", "advi", "score_vi_prox"]
+    for r in rows[:2]:
+        assert r["status"] == "ok" and r["seeds"] == 1 and 0 <= r["error"] <= 1
+        assert 0 <= r["ood_auroc"] <= 1 and r["nll"] > 0 and "ece_std" not in r
+    assert rows[1]["sigma_moved"] > 0 and rows[1]["chosen"]["lr"] in bnn_lowdata.LR_GRID
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["suite"] == "bnn-lowdata" and "bnn-lowdata" in results["command"]
+    assert len(results["tuning"]) == 9 and {r["phase"] for r in results["tuning"]} == {"tune"}
+    assert len(results["runs"]) == 3 and set(results["claims"]) == set(
+        bnn_lowdata_report.CLAIMS)
+    for claim in results["claims"].values():  # one seed: no standard error
+        assert claim["overall"] == "inconclusive"
+    text = (tmp_path / "results.md").read_text()
+    for column in ("error (%)", "nll", "ece", "brier", "OOD AUROC", "seconds", "σ median",
+                   "σ moved", "chosen", "## Claims", "advi_stl"):
+        assert column in text
