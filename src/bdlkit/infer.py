@@ -8,6 +8,19 @@ Sampler defaults: the first half of the steps is burn-in, and draws are thinned 
 that about 1 000 per chain (Target) or 100 (network) are kept. On a Target,
 samplers run ``chains=4`` independent chains vectorised in one state. Every random
 draw (initialisation, data order, algorithm noise) is derived from ``seed``.
+
+VI on a Target (methods of kind ``"vi"``) starts by default at the mode with the diagonal
+Laplace scales s (``start="laplace"``, :mod:`bdlkit.laplace`): the method runs on the
+standardised coordinates z, θ = θ̂ + s ⊙ z, from q₀ = N(0, init_std² I) with
+``init_std=1`` unless given (so q₀ is the Laplace approximation itself, and an explicit
+``init_std`` is in units of s), and one learning rate fits every coordinate however
+differently they are scaled. The result is mapped back: ``Result.state``'s λ,
+``sample``, ``params`` and ``algorithm.approximation`` are all in θ, and the history's
+``log_prob`` is log π(θ) (the ELBO is the same in both coordinates; other losses, and
+the optimiser's moments in ``state``, are those of the run on z). The start costs a mode
+search (at most 500 L-BFGS iterations) and d Hessian-vector products. Without a usable
+mode (the search or the Hessian fails, or ends no higher than log π(0)) the run warns and
+starts from ``problem.init_params`` as with ``start="init"``.
 """
 
 from __future__ import annotations
@@ -16,8 +29,10 @@ import json
 import warnings
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from . import laplace
 from .algorithms import get_method
 from .config import check_keys, method_hyperparameters
 from .problems import BayesianModel, Target
@@ -26,6 +41,8 @@ from .runner import NonFiniteError, Runner, default_store, store_options
 from .types import Algorithm, Problem
 
 __all__ = ["NonFiniteError", "infer"]
+
+STARTS = ("auto", "laplace", "init")
 
 
 def infer(
@@ -42,6 +59,7 @@ def infer(
     thin: int | None = None,
     max_samples: int | None = None,
     init: Any = None,
+    start: str = "auto",
     log_every: int = 1,
     progress: bool = False,
     **hyper: Any,
@@ -60,7 +78,13 @@ def infer(
         chains: parallel chains on a Target (default 4 for samplers, or the leading
             dimension of a 2-D ``init``).
         burnin, thin, max_samples: which sampler draws are kept (module docstring).
-        init: starting parameters (default: ``problem.init_params``).
+        init: starting parameters (default: ``problem.init_params``); for VI also a
+            Gaussian λ to warm-start from. An explicit ``init`` means ``start="init"``.
+        start: where VI on a Target starts: ``"laplace"`` (at the mode, on the
+            Laplace-standardised coordinates: module docstring), ``"init"`` (from
+            ``init`` or ``problem.init_params`` with σ = ``init_std``, the only start for
+            networks and non-VI methods), or ``"auto"`` (default): ``"laplace"`` for VI
+            on a Target without ``init``, else ``"init"``.
         log_every: record the step's info in ``Result.history`` every this many steps.
         progress: show a tqdm progress bar.
         **hyper: the method's hyperparameters (e.g. ``lr``).
@@ -72,6 +96,14 @@ def infer(
     algorithm: Algorithm = module.build(problem, **hyper)
     if chains is not None and not is_target:
         raise ValueError("chains= is for Targets; for a network run infer with several seeds")
+    if chains is not None and algorithm.kind == "vi":
+        raise ValueError(f"{method} fits one approximation: chains= is for samplers; drop it")
+    run_hyper, start_at = hyper, _laplace_start(problem, algorithm, init, start)
+    if start_at is not None:  # the same method on z, θ = θ̂ + s ⊙ z (module docstring)
+        if "init_std" in method_hyperparameters(method):
+            run_hyper = {"init_std": 1.0, **hyper}
+        algorithm = module.build(laplace.standardized(problem, start_at), **run_hyper)
+        init = torch.zeros(problem.dim, dtype=problem.dtype)
     if is_target and isinstance(init, Tensor):
         init_chains = init.shape[0] if init.ndim == 2 else None
         if chains is not None and chains != init_chains:
@@ -83,7 +115,7 @@ def infer(
         raise ValueError(f"max_samples must be >= 1, got {max_samples}")
     runner = Runner(
         algorithm, data, seed=seed, batch_size=batch_size, init=init, chains=chains,
-        log_every=log_every, progress=progress,
+        log_every=log_every, progress=progress, warm_start=True if start_at else None,
     )
     rows = runner.batches.num_rows
     if isinstance(problem, BayesianModel) and rows is not None and rows != problem.num_data:
@@ -99,8 +131,50 @@ def infer(
     config = {
         "hyper": {k: v for k, v in hyper.items() if _is_json(v)},
         "hyper_serializable": all(_is_json(v) for v in hyper.values()),
+        "start": "laplace" if start_at else "init",
+        **({"laplace": start_at.message} if start_at else {}),
     }
-    return runner.fit(total, config=config)
+    result = runner.fit(total, config=config)
+    if start_at is None:
+        return result
+    return _on_theta(result, module.build(problem, **run_hyper), start_at)
+
+
+def _laplace_start(problem: Any, algorithm: Algorithm, init: Any,
+                   start: str) -> laplace.LaplaceStart | None:
+    """The Laplace start of ``problem`` when ``start`` asks for it (or, for ``"auto"``,
+    when the method is VI on a Target without ``init``), else ``None``."""
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+    applies = isinstance(problem, Target) and algorithm.kind == "vi"
+    if start == "laplace" and (not applies or init is not None):
+        raise ValueError(
+            "start='laplace' is for VI methods on a Target without init= (got "
+            f"{algorithm.name} on a {type(problem).__name__}"
+            f"{' with init=' if init is not None else ''}); use start='init'"
+        )
+    if start == "init" or not applies or init is not None:
+        return None
+    found = laplace.laplace_start(problem)
+    if found.fallback:
+        warnings.warn(
+            f"{algorithm.name}: no Laplace start for {problem.name!r} ({found.message}); "
+            "starting from problem.init_params with the method's init_std instead. Pass "
+            "init= (a point near the posterior) or start='init' to choose the start yourself",
+            stacklevel=3,
+        )
+        return None
+    return found
+
+
+def _on_theta(result: Result, algorithm: Algorithm, start: laplace.LaplaceStart) -> Result:
+    """``result`` of the run on z with its state (λ) and logged log densities in θ, and
+    ``algorithm`` (the same method built on the original problem) to read it."""
+    shift = laplace.log_det(start)
+    history = [{**e, "log_prob": e["log_prob"] - shift} if "log_prob" in e else e
+               for e in result.history]
+    return Result(algorithm.problem, algorithm, laplace.state_to_theta(result.state, start),
+                  None, history, result.config)
 
 
 def _is_json(value: Any) -> bool:

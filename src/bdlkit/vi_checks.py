@@ -6,9 +6,9 @@ warns about them at the end of every ``kind == "vi"`` run (:func:`warn_if_unfini
 
 * **σ never moved** (:func:`sigma_message`, any problem): the median σ over all
   coordinates is within a factor :data:`SIGMA_FACTOR` of the method's ``init_std``.
-  Starting from a near point mass (``init_std`` 1e-3 for networks), Adam moves log σ by
-  about ``lr`` per step, so a short run returns the initial point estimate with a thin
-  layer of noise, and its BMA is the mean's prediction. Skipped for a warm start from a
+  Starting from a near point mass (the small default ``init_std``, chosen for networks),
+  Adam moves log σ by about ``lr`` per step, so a short run returns the initial point
+  estimate with a thin layer of noise, and its BMA is the mean's prediction. Skipped for a warm start from a
   Gaussian (``init=DiagGaussianParams``, or ``bdlkit.infer``'s Laplace start), whose σ
   was not a guess. If ``init_std`` already was the posterior scale the warning is a false
   alarm; filter :class:`~bdlkit.errors.PointEstimateWarning` then.
@@ -16,9 +16,11 @@ warns about them at the end of every ``kind == "vi"`` run (:func:`warn_if_unfini
   exact up to the draws): between the state at :data:`SNAPSHOT_FRACTION` of the steps and
   the final one, some mean moved more than :data:`MEAN_SHIFT` final σ, or some log σ more
   than :data:`LOG_SIGMA_SHIFT`. Near the optimum, a step size that is small against σ
-  (``lr`` 1e-3 in the Laplace-standardised coordinates of :mod:`bdlkit.infer`, where
-  σ ≈ 1) only jitters q far below both thresholds; a drift along a badly conditioned
-  direction does not. Both quantities are invariant under the affine change of variables
+  (the default ``lr`` in the Laplace-standardised coordinates of :mod:`bdlkit.infer`,
+  where σ ≈ 1) jitters q below both thresholds; a drift along a badly conditioned
+  direction does not. Measured with the defaults: no warning for any VI method over 5
+  seeds on three Gaussian Targets at 500 and 2000 steps; for advi on the six posteriordb
+  posteriors at 2000 steps one, eight schools at 0.53 σ (its error then halved by 8000). Both quantities are invariant under the affine change of variables
   of :mod:`bdlkit.laplace`. Networks are not checked: minibatch noise keeps μ moving at
   any constant lr, so the check would fire on runs that are fine.
 """

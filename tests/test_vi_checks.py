@@ -1,0 +1,94 @@
+"""The end-of-run VI checks: σ that never left init_std, and q still moving at the end."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import bdlkit
+from bdlkit.algorithms import advi
+from bdlkit.errors import NotConvergedWarning, PointEstimateWarning, VIWarning
+from bdlkit.families.diag_gaussian import DiagGaussianParams
+from bdlkit.vi_checks import convergence_message, sigma_message, snapshot_step
+
+F64 = torch.float64
+
+
+def gaussian(means, stds):
+    return bdlkit.Target(lambda th: -0.5 * (((th - means) / stds) ** 2).sum(-1), len(means),
+                         dtype=F64)
+
+
+def classifier():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    return bdlkit.BayesianModel(net, "categorical", num_data=40)
+
+
+def state_at(algorithm, mu, sigma):
+    lam = DiagGaussianParams(mu=torch.as_tensor(mu, dtype=F64),
+                             rho=torch.as_tensor(sigma, dtype=F64).log())
+    return algorithm.init(lam, generator=torch.Generator().manual_seed(0))
+
+
+def test_a_five_step_advi_run_warns_that_sigma_has_not_moved():
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    defaults = advi.build(classifier())
+    with pytest.warns(PointEstimateWarning) as caught:
+        bdlkit.infer(classifier(), "advi", data=(x, y), steps=5, batch_size=10)
+    text = str(caught[0].message)
+    for needle in ("median σ over all 67 coordinates is", f"init_std={defaults.init_std:g}",
+                   "close to a point estimate", "more steps",
+                   f"larger lr (now {defaults.lr:g})"):
+        assert needle in text, needle
+    with pytest.warns(PointEstimateWarning, match="score_vi solver='closed_form'"):
+        bdlkit.infer(classifier(), "score_vi", data=(x, y), steps=5, batch_size=10,
+                     solver="gradient")
+
+
+def test_a_warm_start_from_a_gaussian_is_not_checked_for_sigma():
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    model = classifier()
+    lam = advi.build(model).init(generator=torch.Generator().manual_seed(0)).lam
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", VIWarning)
+        bdlkit.infer(model, "advi", data=(x, y), steps=5, batch_size=10, init=lam)
+
+
+def test_long_enough_target_runs_do_not_warn():
+    """σ grows from init_std 1e-3 to the target's 0.1 (start='init'), and the default
+    Laplace start settles within its run: neither check fires."""
+    target = gaussian(torch.tensor([1.0, -2.0, 0.5], dtype=F64),
+                      torch.tensor([0.1, 0.1, 0.1], dtype=F64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", VIWarning)
+        res = bdlkit.infer(target, "advi", steps=2000, start="init", num_samples=4,
+                           lr=bdlkit.schedules.exponential(3e-2, 1e-4, 2000))
+        bdlkit.infer(target, "advi", steps=400)
+    assert (res.algorithm.approximation(res.state).std > 0.08).all()
+
+
+def test_a_run_still_drifting_at_the_end_warns_that_it_has_not_converged():
+    target = gaussian(torch.tensor([50.0], dtype=F64), torch.tensor([1.0], dtype=F64))
+    with pytest.warns(NotConvergedWarning) as caught:  # μ crawls 0.01 per step towards 50
+        bdlkit.infer(target, "advi", steps=400, start="init", init_std=1.0, lr=1e-2)
+    text = next(str(w.message) for w in caught if w.category is NotConvergedWarning)
+    for needle in ("has not converged", "between step 300 and step 400", "1 of 1 coordinates",
+                   "more steps", "bdlkit.schedules.exponential(1e-2, 1e-4, 400)"):
+        assert needle in text, needle
+
+
+def test_the_thresholds():
+    algorithm = advi.build(gaussian(torch.zeros(3, dtype=F64), torch.ones(3, dtype=F64)),
+                           init_std=1e-3)
+    final = state_at(algorithm, [0.0, 0.0, 0.0], [1.0, 1.0, 2.0])
+    assert convergence_message(algorithm, state_at(algorithm, [0.4, -0.4, 0.9], [1.0, 1.2, 1.6]),
+                               final, 75, 100) is None  # 0.4 and 0.45 final σ; |log 1.25| < 0.3
+    moved = convergence_message(algorithm, state_at(algorithm, [0.6, 0.0, 0.0], [1.0, 1.0, 1.4]),
+                                final, 75, 100)
+    assert "2 of 3 coordinates" in moved and "up to 0.6" in moved
+    assert sigma_message(algorithm, state_at(algorithm, [0.0] * 3, [1.4e-3, 1e-3, 1e-3]))
+    assert sigma_message(algorithm, state_at(algorithm, [0.0] * 3, [1.6e-3, 1.6e-3, 1e-3])) \
+        is None
+    assert [snapshot_step(n) for n in (1, 2, 4, 1000)] == [None, 1, 3, 750]
