@@ -62,9 +62,9 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
     if not init_std / SIGMA_FACTOR <= median <= init_std * SIGMA_FACTOR:
         return None
     fixes = ["run more steps"]
-    lr = getattr(algorithm, "lr", None)
-    if lr is not None:
-        fixes.append(f"a larger lr (now {_describe(lr)}) or init_std")
+    knob, value = step_size(algorithm)
+    if value is not None:
+        fixes.append(f"a larger {knob} (now {_describe(value)}) or init_std")
     else:
         fixes.append("a larger init_std")
     if algorithm.name == "score_vi" and getattr(algorithm, "solver", None) != "closed_form":
@@ -79,8 +79,15 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
     )
 
 
-def _describe(lr: Any) -> str:
-    return f"{lr:g}" if isinstance(lr, (int, float)) else repr(lr)
+def step_size(algorithm: Algorithm) -> tuple[str, Any]:
+    """The name and value of the method's step size: ``step_size_param`` when the method
+    declares one (e.g. a damping), else ``lr``; value ``None`` for methods without one."""
+    knob = getattr(algorithm, "step_size_param", "lr")
+    return knob, getattr(algorithm, knob, None)
+
+
+def _describe(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else repr(value)
 
 
 def marginals(approximation: Any) -> tuple[Tensor, Tensor]:
@@ -103,9 +110,14 @@ def convergence_message(algorithm: Algorithm, before: Any, after: Any, before_st
     count = int(moved.sum())
     if count == 0:
         return None
-    if getattr(algorithm, "lr", None) is not None:
-        fix = ("run more steps, or anneal the step size to 0 so that q settles, e.g. "
-               f"lr=bdlkit.schedules.exponential(1e-2, 1e-4, {total})")
+    knob, value = step_size(algorithm)
+    if knob == "lr" and value is not None:
+        fix = ("run more steps while q still drifts; once it only jitters, anneal the step "
+               f"size to 0 so that it settles, e.g. lr=bdlkit.schedules.exponential(1e-2, "
+               f"1e-4, {total})")
+    elif value is not None:
+        fix = (f"run more steps while q still drifts; if it only jitters, a smaller {knob} "
+               f"(now {_describe(value)})")
     else:
         fix = "run more steps, or raise num_samples (less noise in each update)"
     return (
@@ -131,5 +143,5 @@ def warn_if_unfinished(algorithm: Algorithm, state: Any, *, warm_start: bool,
 
 
 __all__ = ["LOG_SIGMA_SHIFT", "MEAN_SHIFT", "SIGMA_FACTOR", "SNAPSHOT_FRACTION",
-           "convergence_message", "marginals", "sigma_message", "snapshot_step",
+           "convergence_message", "marginals", "sigma_message", "snapshot_step", "step_size",
            "warn_if_unfinished"]
