@@ -336,13 +336,14 @@ class Runner:
             raise NonFiniteError(self._nan_message("the log density", t))
 
     def _nan_message(self, what: str, t: int) -> str:
-        lr = getattr(self.algorithm, "lr", None)
-        hint = f" (now lr={lr})" if isinstance(lr, (int, float)) else ""
+        knob = getattr(self.algorithm, "step_size_param", "lr")  # declared by the algorithm
+        lr = getattr(self.algorithm, knob, None)
+        hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
         kept = (f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
                 else "")
         return (
             f"{self.algorithm.name}: {what} became NaN or infinite at step {t}{kept}. The step "
-            f"size is probably too large: lower lr{hint}, e.g. by 10x; or check the data for "
+            f"size is probably too large: lower {knob}{hint}, e.g. by 10x; or check the data for "
             "extreme values and the prior scale"
         )
 

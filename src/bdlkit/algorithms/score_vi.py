@@ -104,6 +104,11 @@ class ScoreVI(DiagGaussianVI):
     def __post_init__(self) -> None:
         object.__setattr__(self, "_opt", make_optimizer(self.optimizer))
 
+    @property
+    def step_size_param(self) -> str:
+        """The option that sets the step size (named in the runner's NaN message)."""
+        return "omega" if self.solver == "closed_form" else "lr"
+
     def for_run(self, total_steps: int) -> ScoreVI:
         """Bind ``warmup=None`` to 10 % of the run (the runner calls this)."""
         if self.warmup is not None:

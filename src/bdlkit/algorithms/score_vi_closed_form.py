@@ -53,7 +53,7 @@ from torch import Tensor
 
 from ..errors import NonFiniteError
 from ..families.diag_gaussian import DiagGaussianParams
-from ..tree import TensorTree, pytree_dataclass, tree_leaves, tree_map, zeros_like
+from ..tree import TensorTree, all_finite, pytree_dataclass, tree_leaves, tree_map, zeros_like
 
 GUARD_WINDOW = 10
 GUARD_GROWTH = 2.0
@@ -109,11 +109,12 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
     """One damped argmin update of λ with the averaged curvature, checked by the guard."""
     omega = float(state.omega)
     a_hat, m1 = curvature(anchor, thetas, scores, loss, antithetic)
-    counts = {"curvature_nonfinite": 0, "precision_clipped": 0, "step_clipped": 0}
+    counts: dict[str, list[Tensor]] = {"curvature_nonfinite": [], "precision_clipped": [],
+                                       "step_clipped": []}  # summed once: one host sync
 
     def average(c: Tensor, w: Tensor, ah: Tensor):
         ok = torch.isfinite(ah)
-        counts["curvature_nonfinite"] += int((~ok).sum())
+        counts["curvature_nonfinite"].append((~ok).sum())
         c = torch.where(ok, decay * c + (1 - decay) * ah, decay * c)
         w = torch.where(ok, decay * w + (1 - decay), decay * w)
         return c, w
@@ -126,25 +127,28 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
         a_new = (alpha * a_t + a_bar) / (1 + alpha)
         a_next = (1 - omega) * a + omega * a_new
         low = a_next < floor
-        counts["precision_clipped"] += int(low.sum())
+        counts["precision_clipped"].append(low.sum())
         a_next = torch.where(low, floor, a_next)
         move = omega * (s.mean(0) + a_bar * (m - mu_t)) / ((1 + alpha) * a_next)
         bound = max_step * a_next.rsqrt()
         far = move.abs() > bound
-        counts["step_clipped"] += int(far.sum())
-        return a_next, mu + torch.where(far, bound.copysign(move), move)
+        counts["step_clipped"].append(far.sum())
+        mu_next = mu + torch.where(far, bound.copysign(move), move)
+        steps.append(((mu_next - mu).abs() * a_next.sqrt()).max())
+        return a_next, mu_next
 
+    steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
     a_cur = tree_map(lambda r: (-2 * r).exp(), lam.rho)
     a_next, mu_next = _split(tree_map(update, a_cur, lam.mu, anchor.mu, anchor.rho, curv,
                                       weight, scores, m1, a_min))
     new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: -0.5 * a.log(), a_next))
-    info = {**{k: float(v) for k, v in counts.items()}, "omega": omega}
-    finite = all(bool(torch.isfinite(x).all()) for x in tree_leaves((new.mu, new.rho)))
-    if not finite:
+    summary = torch.stack([torch.stack(v).sum().double() for v in counts.values()]
+                          + [torch.stack(steps).max().double()]).tolist()
+    info = {**dict(zip(counts, summary[:-1])), "omega": omega}
+    delta = summary[-1]
+    if not math.isfinite(delta) or not all_finite(new):
         lam_b, state_b = back_off(state, t, "μ or σ became non-finite")
         return lam_b, state_b, info
-    delta = max(float(((m1_ - m0).abs() * a.sqrt()).max()) for m1_, m0, a in
-                zip(tree_leaves(new.mu), tree_leaves(lam.mu), tree_leaves(a_next)))
     delta_sum = state.delta_sum + delta
     state = dataclasses.replace(state, curvature=curv, weight=weight)
     if (t + 1) % GUARD_WINDOW:
