@@ -15,7 +15,7 @@ with 4 channels, 2x2 max-pool, 784-20-10 head: the cheapest member of the family
 with one thread its step costs 1.5-2.5x an MLP step, width 8 or depth 2 about twice that
 again, which the budget below cannot pay), prior N(0, 1), T = 1, batch 128, the network's
 initialisation seeded by the run's seed. Every method runs the same number of steps
-(:data:`STEPS`: 300 for both models; quick: 200) and is scored by its BMA predictive over
+(:data:`STEPS`: 600 for the MLP, 400 for the CNN; quick: 300) and is scored by its BMA predictive over
 :data:`EVAL_DRAWS` draws (VI: 16 draws of q; sghmc/l2e: 16 draws thinned from the second
 half; csghmc: 4 per cycle; ensemble: its 5 members; MAP: the point).
 
@@ -42,15 +42,13 @@ training seconds, and for the VI rows the 10/50/90 % quantiles of σ over all we
 claims and their verdicts: :mod:`bdlkit.bench.bnn_lowdata_report`. A failing run keeps its
 record with the error in ``status``.
 
-``--quick``: n = 1000, MLP only, one seed, no tuning (the middle grid point), 200 steps.
+``--quick``: n = 1000, MLP only, one seed, no tuning (the middle grid point), 300 steps.
 
-Budget (measured with one torch thread on the 2-core development machine while another
-job's experiments shared it): one (model, n) cell of the full plan (15 tuning runs, then 9
-methods x 3 seeds) took 542 s for the MLP and 1 065 s for the CNN at 600 steps with all
-10 000 OOD images (CNN: 746 s training, 292 s evaluation, where the conv forward pass over
-test + OOD images x draws dominates). Hence 300 steps and 2 000 OOD images: a CNN cell (n = 2 000) then took 420 s (71 s tuning,
-207 s training and 123 s evaluating the final runs), so the full plan (3 MLP + 3 CNN cells)
-is estimated at 35-41 minutes on those 2 cores (the range: how busy the other job kept them).
+Budget, measured with one torch thread on the 2-core development machine: at 600 steps and
+all 10 000 OOD images one (model, n) cell (15 tuning runs, then 9 methods × 3 seeds) took
+542 s for the MLP and 1 065 s for the CNN. Evaluating the conv net over test + OOD images
+× draws dominates, hence 2 000 OOD images and 400 CNN steps. The wall time of the committed
+run is in its ``results.json``.
 """
 
 from __future__ import annotations
