@@ -108,7 +108,7 @@ def laplace_start(target: Target) -> LaplaceStart:
     try:
         mode = find_mode(target)
         at_mode, at_zero = float(target.log_prob(mode)), float(target.log_prob(zeros))
-        if not (math.isfinite(at_mode) and at_mode >= at_zero):
+        if not math.isfinite(at_mode) or at_mode < at_zero:
             raise ValueError(f"the mode search ended at log π = {at_mode:.4g}, not above "
                              f"log π(0) = {at_zero:.4g}")
         hess = hessian_diagonal(lambda x: -target.log_prob(x), mode)
@@ -159,12 +159,20 @@ def gaussian_to_theta(lam: Any, start: LaplaceStart) -> Any:
 
 
 def state_to_theta(state: Any, start: LaplaceStart) -> Any:
-    """A VI state of a run on z with its Gaussian fields (λ, and score_vi's anchor) mapped
-    to θ by :func:`gaussian_to_theta`. The rest (optimiser moments, generator state, step,
-    counters) is kept as it is: the moments stay in z units and describe the z run."""
-    changes = {f.name: gaussian_to_theta(getattr(state, f.name), start)
-               for f in dataclasses.fields(state)
-               if isinstance(getattr(state, f.name), (DiagGaussianParams, FullGaussianParams))}
+    """A VI state of a run on z with its Gaussian fields mapped to θ by
+    :func:`gaussian_to_theta`: λ, score_vi's anchor, and, in nested states such as the
+    closed form's, the saved iterates; a ``curvature`` field (a precision average) is
+    divided by s². The rest (optimiser moments, generator state, step, counters) is kept
+    as it is: the moments stay in z units and describe the z run."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(state):
+        value = getattr(state, f.name)
+        if isinstance(value, (DiagGaussianParams, FullGaussianParams)):
+            changes[f.name] = gaussian_to_theta(value, start)
+        elif f.name == "curvature" and isinstance(value, Tensor):
+            changes[f.name] = value / start.scale.to(value.dtype) ** 2
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes[f.name] = state_to_theta(value, start)
     return dataclasses.replace(state, **changes)
 
 

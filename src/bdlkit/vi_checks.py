@@ -35,6 +35,7 @@ from torch import Tensor
 
 from .errors import NotConvergedWarning, PointEstimateWarning
 from .families.diag_gaussian import DiagGaussianParams, sigma_summary
+from .problems import Target
 from .tree import tree_leaves
 from .types import Algorithm
 
@@ -67,7 +68,8 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
         fixes.append(f"a larger {knob} (now {_describe(value)}) or init_std")
     else:
         fixes.append("a larger init_std")
-    if algorithm.name == "score_vi" and getattr(algorithm, "solver", None) != "closed_form":
+    if algorithm.name == "score_vi" and getattr(algorithm, "solver", None) != "closed_form" \
+            and isinstance(algorithm.problem, Target):  # on networks it is experimental
         fixes.append("for score_vi solver='closed_form' (σ then moves by a fixed fraction "
                      "per step whatever its scale)")
     return (

@@ -60,10 +60,11 @@ def mlp_model(seed=0):
 
 
 # ------------------------------------------------------------------ relation to ADVI
-def test_gradient_solver_with_one_inner_step_is_advi_on_a_target():
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_gradient_solver_with_one_inner_step_is_advi_on_a_target(optimizer):
     lam, m = correlated()
     target = gaussian_target(lam, m)
-    kw = {"lr": 0.01, "num_samples": 3, "init_std": 0.5}
+    kw = {"lr": 0.01, "num_samples": 3, "init_std": 0.5, "optimizer": optimizer}
     _, a, _ = run(score_vi.build(target, solver="gradient", **kw), 300, torch.zeros(4, dtype=F64))
     _, b, _ = run(advi.build(target, **kw), 300, torch.zeros(4, dtype=F64))
     assert torch.allclose(a.lam.mu, b.lam.mu, rtol=0, atol=1e-12)
@@ -246,6 +247,35 @@ def test_digits_default_has_map_accuracy_and_a_real_sigma():
     assert values["score_vi"]["accuracy"] >= values["map"]["accuracy"] - 0.02
     assert values["score_vi"]["nll"] < 2 * values["map"]["nll"]
     assert sigma > 10 * 1e-2  # init_std 1e-2: measured 0.67 (0.86 after 10 000 steps)
+
+
+def test_guard_window_restarts_after_a_back_off():
+    """A back-off mid-window starts a new full window: the next comparison is not made on a
+    partial sum divided by the window length."""
+    lam, m = correlated()
+    alg = prox(gaussian_target(lam, m), omega=0.3, init_std=1.0)
+    state = alg.init(torch.zeros(4, dtype=F64), generator=torch.Generator().manual_seed(0))
+    for _ in range(13):
+        state, _ = alg.step(state, None)
+    assert state.opt_state.window_steps == 3
+    with pytest.warns(UserWarning, match="halving omega"):
+        lam_b, backed = closed_form.back_off(state.opt_state, 13, "test")
+    assert backed.window_steps == 0 and float(backed.omega) == 0.15
+    assert torch.equal(backed.curvature, state.opt_state.curvature)  # the average is kept
+
+
+def test_laplace_start_maps_the_closed_form_state_back_to_theta():
+    """Via infer on a Target (Laplace start in standardised z), every Gaussian in the
+    returned state, nested ones included, is in θ units."""
+    m = torch.tensor([1000.0, -3.0], dtype=F64)
+    target = gaussian_target(torch.diag(torch.tensor([1e-2, 1e4], dtype=F64)), m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bdlkit.infer(target, "score_vi", solver="closed_form", steps=40, seed=0)
+    for lam in (res.state.lam, res.state.opt_state.saved_cur, res.state.opt_state.saved_prev):
+        assert ((lam.mu - m).abs() / torch.tensor([10.0, 1e-2], dtype=F64)).max() < 1.0
+    a_bar = res.state.opt_state.curvature / res.state.opt_state.weight
+    assert torch.allclose(a_bar, torch.tensor([1e-2, 1e4], dtype=F64), rtol=0.5)
 
 
 # ------------------------------------------------------------------ K > 1 (generic route)

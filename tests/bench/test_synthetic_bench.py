@@ -3,6 +3,7 @@
 import json
 import math
 
+import pytest
 import torch
 from torch.distributions import MultivariateNormal, kl_divergence
 
@@ -154,3 +155,28 @@ def test_step_times_skip_a_predicted_overrun_of_the_first_step():
     assert msg.startswith("skipped: one step predicted to take 100 s > 45 s")
     assert times.too_slow("advi", 10**4, 45.0) is None
     assert times.too_slow("gsm_full", 10**4, 45.0) is None  # never measured: run it
+
+
+def test_reuse_takes_unchanged_rows_and_refuses_changed_grids_or_plans(tmp_path):
+    import json
+
+    from bdlkit.bench import synthetic
+    from bdlkit.bench.vi_methods import SPECS
+
+    p = synthetic.plan(True, 0)
+    chosen = [synthetic.settings(True)[0]]
+    rec = {"row": "gsm_diag", "setting": chosen[0].name, "dim": chosen[0].dim}
+    old = {"suite": "synthetic", "command": "bdlkit bench synthetic --quick --out X",
+           "plan": p.__dict__ | {"seeds": list(p.seeds)},
+           "settings": [s.__dict__ | {"name": s.name} for s in chosen],
+           "grids": {"gsm_diag": [str(g) for g in SPECS["gsm_diag"].grid]},
+           "records": [rec, {**rec, "row": "advi"}]}
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    got = synthetic._reused_records(tmp_path, p, chosen, ("advi",))
+    assert [r["row"] for r in got] == ["gsm_diag"] and got[0]["_command"] == old["command"]
+    old["grids"]["gsm_diag"] = ["{'num_samples': 99}"]
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="other grids"):
+        synthetic._reused_records(tmp_path, p, chosen, ("advi",))
+    with pytest.raises(ValueError, match="plan"):
+        synthetic._reused_records(tmp_path, synthetic.plan(False, 0), chosen, ("advi",))

@@ -48,13 +48,12 @@ from torch import Tensor
 from .. import rng
 from ..families import diag_gaussian as family
 from ..families.diag_gaussian import DiagGaussianParams
-from ..optim import make_optimizer
 from ..problems import BayesianModel, Target
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, all_finite, device_of, pytree_dataclass, tree_map
 from ..types import Batch, Info, Problem
 from . import score_vi_closed_form as closed_form
-from ._vi_common import DiagGaussianVI, minibatch_scores
+from ._vi_common import DiagGaussianVI, make_opt, minibatch_scores
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -84,6 +83,7 @@ class ScoreVI(DiagGaussianVI):
     problem: Problem
     lr: float | Schedule | None = 1e-2
     optimizer: str = "adam"
+    momentum: float = 0.9
     num_samples: int = 1
     inner_steps: int = 1
     alpha_max: float = 0.5
@@ -102,7 +102,7 @@ class ScoreVI(DiagGaussianVI):
     kind: str = KIND
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_opt", make_optimizer(self.optimizer))
+        object.__setattr__(self, "_opt", make_opt(self.optimizer, self.momentum))
 
     @property
     def step_size_param(self) -> str:
@@ -281,6 +281,7 @@ def build(
     problem: Problem,
     lr: float | Schedule | None = None,
     optimizer: str = "adam",
+    momentum: float = 0.9,
     num_samples: int | None = None,
     inner_steps: int = 1,
     alpha_max: float | None = None,
@@ -302,7 +303,7 @@ def build(
         problem: a Target or BayesianModel.
         lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2); the
             closed form has none (ω is its step).
-        optimizer: "adam" or "sgd" (gradient solver).
+        optimizer: "adam" or "sgd" (gradient solver); ``momentum`` is SGD's, as in advi.
         num_samples: S draws per step (default: 2, one antithetic pair, for the closed
             form; 1 for the gradient solver).
         inner_steps: K optimiser steps per anchor (gradient solver; the closed form solves
@@ -342,7 +343,10 @@ def build(
                       "omega and fails at omega=0.1 (its per-weight Stein curvature is too "
                       "noisy for its Newton-like steps); solver='gradient' is the tested "
                       "default", stacklevel=2)
-    return ScoreVI(problem, optimizer=optimizer, inner_steps=int(inner_steps),
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    return ScoreVI(problem, optimizer=optimizer, momentum=float(momentum),
+                   inner_steps=int(inner_steps),
                    init_std=float(init_std), loss=loss, solver=solver, a_min=a_min,
                    max_step=float(max_step),
                    kld=float(kld), precondition=precondition,

@@ -72,6 +72,7 @@ class ClosedFormState:
     delta_sum: Tensor  # Σ δ over the current window
     prev_mean: Tensor  # mean δ of the previous window (NaN: none yet)
     grown: int  # consecutive windows whose mean δ grew by more than GUARD_GROWTH
+    window_steps: int  # steps in the current window (a back-off starts a new one)
     curvature: TensorTree  # Σ_j β^(t−j) (1 − β) â_j: the un-normalised average of â
     weight: TensorTree  # Σ_j β^(t−j) (1 − β) over the steps whose â was finite
 
@@ -82,6 +83,7 @@ def init(lam: DiagGaussianParams, omega: float) -> ClosedFormState:
     return ClosedFormState(
         omega=torch.tensor(float(omega), **scalar), halvings=0, saved_prev=lam, saved_cur=lam,
         delta_sum=torch.zeros((), **scalar), prev_mean=torch.tensor(math.nan, **scalar), grown=0,
+        window_steps=0,
         curvature=zeros_like(lam.mu), weight=zeros_like(lam.mu))
 
 
@@ -151,12 +153,14 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
         return lam_b, state_b, info
     delta_sum = state.delta_sum + delta
     state = dataclasses.replace(state, curvature=curv, weight=weight)
-    if (t + 1) % GUARD_WINDOW:
-        return new, dataclasses.replace(state, delta_sum=delta_sum), info
-    mean = delta_sum / GUARD_WINDOW
+    window_steps = state.window_steps + 1
+    if window_steps < GUARD_WINDOW:
+        return new, dataclasses.replace(state, delta_sum=delta_sum,
+                                        window_steps=window_steps), info
+    mean = delta_sum / window_steps
     moving = _median_log_sigma_change(new, state.saved_cur) > SETTLED_LOG_SIGMA
     grew = not moving and bool(torch.isfinite(state.prev_mean)) and mean > GUARD_TOL \
-        and mean > GUARD_GROWTH * state.prev_mean
+        and mean > GUARD_GROWTH * state.prev_mean.clamp_min(GUARD_TOL)
     grown = state.grown + 1 if grew else 0
     if grown >= GUARD_PATIENCE:
         lam_b, state_b = back_off(state, t, f"the mean step grew {GUARD_PATIENCE} windows in a "
@@ -164,7 +168,7 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
         return lam_b, state_b, info
     return new, dataclasses.replace(state, saved_prev=state.saved_cur, saved_cur=new,
                                     delta_sum=torch.zeros_like(delta_sum), prev_mean=mean,
-                                    grown=grown), info
+                                    grown=grown, window_steps=0), info
 
 
 def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -> float:
@@ -198,7 +202,7 @@ def back_off(state: ClosedFormState, t: int, why: str
     return restored, dataclasses.replace(
         state, omega=omega, halvings=halvings, saved_prev=restored, saved_cur=restored,
         delta_sum=torch.zeros_like(state.delta_sum),
-        prev_mean=torch.full_like(state.prev_mean, math.nan), grown=0)
+        prev_mean=torch.full_like(state.prev_mean, math.nan), grown=0, window_steps=0)
 
 
 __all__ = ["ClosedFormState", "GUARD_MAX_HALVINGS", "GUARD_WINDOW", "back_off", "curvature",

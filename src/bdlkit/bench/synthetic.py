@@ -289,6 +289,12 @@ def _reused_records(folder: Path, p: Plan, chosen: list[Setting], rows: tuple[st
     missing = sorted(names - {s["name"] for s in old.get("settings", [])})
     if missing:
         raise ValueError(f"--reuse {folder}: settings {missing} are not there; drop --reuse")
+    reused = {r["row"] for r in old["records"] if r["row"] not in rows}
+    changed = [k for k in sorted(reused) if k not in SPECS
+               or old.get("grids", {}).get(k) != [str(g) for g in SPECS[k].grid]]
+    if changed:
+        raise ValueError(f"--reuse {folder}: rows {changed} were run with other grids than "
+                         "now; rerun them (add them to --rows)")
     return [{**r, "_command": old["command"]} for r in old["records"]
             if r["row"] not in rows and r["setting"] in names]
 
