@@ -229,8 +229,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     command = "bdlkit " + " ".join(argv)
     rows = tuple(r for r in (args.rows or "").split(",") if r)
+    settings = tuple(r for r in (args.settings or "").split(",") if r)
     bench.run_suite(args.suite, args.out, quick=args.quick, seed=args.seed, command=command,
-                    rows=rows, reuse=args.reuse)
+                    rows=rows, reuse=args.reuse, settings=settings)
     print((Path(args.out) / "results.md").read_text())
     return 0
 
@@ -298,6 +299,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     p.add_argument("--out", required=True, metavar="DIR", help="where results are written")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rows", metavar="A,B", help="synthetic only: run just these rows ...")
+    p.add_argument("--settings", metavar="S,T", help="... on just these settings ...")
     p.add_argument("--reuse", metavar="DIR", help="... and take the other rows from the "
                    "results.json in DIR (same plan)")
     l2e_command.add_parser(sub, _FORMATTER)

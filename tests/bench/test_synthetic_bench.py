@@ -169,14 +169,16 @@ def test_reuse_takes_unchanged_rows_and_refuses_changed_grids_or_plans(tmp_path)
     old = {"suite": "synthetic", "command": "bdlkit bench synthetic --quick --out X",
            "plan": p.__dict__ | {"seeds": list(p.seeds)},
            "settings": [s.__dict__ | {"name": s.name} for s in chosen],
-           "grids": {"gsm_diag": [str(g) for g in SPECS["gsm_diag"].grid]},
+           "grids": {k: [str(g) for g in SPECS[k].grid] for k in ("gsm_diag", "advi")},
            "records": [rec, {**rec, "row": "advi"}]}
     (tmp_path / "results.json").write_text(json.dumps(old))
-    got = synthetic._reused_records(tmp_path, p, chosen, ("advi",))
-    assert [r["row"] for r in got] == ["gsm_diag"] and got[0]["_command"] == old["command"]
+    got, where = synthetic._reused_records(tmp_path, p, chosen, ("advi",), {chosen[0].name})
+    assert [r["row"] for r in got] == ["gsm_diag"] and where["from_command"] == old["command"]
+    got, _ = synthetic._reused_records(tmp_path, p, chosen, ("advi",), set())  # advi not rerun
+    assert sorted(r["row"] for r in got) == ["advi", "gsm_diag"]
     old["grids"]["gsm_diag"] = ["{'num_samples': 99}"]
     (tmp_path / "results.json").write_text(json.dumps(old))
     with pytest.raises(ValueError, match="other grids"):
-        synthetic._reused_records(tmp_path, p, chosen, ("advi",))
+        synthetic._reused_records(tmp_path, p, chosen, ("advi",), {chosen[0].name})
     with pytest.raises(ValueError, match="plan"):
-        synthetic._reused_records(tmp_path, synthetic.plan(False, 0), chosen, ("advi",))
+        synthetic._reused_records(tmp_path, synthetic.plan(False, 0), chosen, ("advi",), set())

@@ -66,20 +66,22 @@ ROW_SUITES = ("synthetic",)
 
 def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,
               command: str | None = None, echo: bool = True, rows: tuple[str, ...] = (),
-              reuse: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+              reuse: str | os.PathLike | None = None, settings: tuple[str, ...] = ()
+              ) -> list[dict[str, Any]]:
     """Run suite ``name`` into ``out``; returns its rows (also written as JSON and Markdown).
 
-    ``rows``/``reuse`` (suites in :data:`ROW_SUITES`): run only these rows and take the
-    others from the results in ``reuse``."""
+    ``rows``/``settings``/``reuse`` (suites in :data:`ROW_SUITES`): run only these rows on
+    these settings and take every other record from the results in ``reuse``."""
     suite = get_suite(name)
-    if not (rows or reuse):
+    if not (rows or reuse or settings):
         return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo)
     if name not in ROW_SUITES:
-        raise ValueError(f"--rows/--reuse are options of the {', '.join(ROW_SUITES)} suite, "
+        raise ValueError(f"--rows/--settings/--reuse are options of the {', '.join(ROW_SUITES)} suite, "
                          f"not of {name!r}")
     known = synthetic.ROWS
     bad = [r for r in rows if r not in known]
     if bad:
         raise ValueError(f"unknown rows {bad} of suite {name!r}; valid: {', '.join(known)}")
     return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
-                 rows=tuple(rows) or known, reuse=Path(reuse) if reuse else None)
+                 rows=tuple(rows) or known, reuse=Path(reuse) if reuse else None,
+                 only_settings=tuple(settings))

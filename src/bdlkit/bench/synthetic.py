@@ -238,43 +238,47 @@ def _one_run(target: synthetic.SyntheticTarget, setting: Setting, label: str,
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
         echo: bool = True, rows: tuple[str, ...] = ROWS,
         only: Callable[[Setting], bool] | None = None, plan_override: Plan | None = None,
-        reuse: Path | None = None) -> list[dict[str, Any]]:
+        reuse: Path | None = None, only_settings: tuple[str, ...] = ()
+        ) -> list[dict[str, Any]]:
     """Run the suite into ``out``; returns the summary rows (one per setting × method).
 
-    ``reuse``: a folder with an earlier ``results.json`` of the same plan; the rows of
-    :data:`ROWS` not in ``rows`` are taken from it instead of being run again (their
-    records and the command that made them are kept in the new results).
+    ``reuse``: a folder with an earlier ``results.json`` of the same plan. Only ``rows`` on
+    ``only_settings`` (default: every setting) are run; every other record is taken from
+    it, with the command that made it (kept in the new results under ``reused``).
     """
     p = plan_override or plan(quick, seed)
     chosen = [s for s in settings(quick) if only is None or only(s)]
-    reused = _reused_records(Path(reuse), p, chosen, rows) if reuse is not None else []
+    rerun = [s for s in chosen if not only_settings or s.name in only_settings]
+    unknown = sorted(set(only_settings) - {s.name for s in chosen})
+    if unknown:
+        raise ValueError(f"unknown settings {unknown}; valid: {[s.name for s in chosen]}")
+    reused, provenance = (_reused_records(Path(reuse), p, chosen, rows, {s.name for s in rerun})
+                          if reuse is not None else ([], {}))
     out = prepare_bench_out(Path(out))
     command = command or f"bdlkit bench synthetic{' --quick' if quick else ''} --out {out}"
     start, records, times = time.perf_counter(), [], StepTimes()
-    for setting in sorted(chosen, key=lambda s: s.dim):  # small d first: step times known
+    for setting in sorted(rerun, key=lambda s: s.dim):  # small d first: step times known
         if echo:
             print(f"[synthetic] {setting.name}", flush=True)
         records += run_setting(setting, p, rows, times, echo)
-    all_rows = rows + tuple(dict.fromkeys(r["row"] for r in reused if r["row"] not in rows))
     order = {label: i for i, label in enumerate(ROWS)}
-    records = sorted(records + [r for r in reused if r["row"] not in rows],
+    records = sorted(records + reused,
                      key=lambda r: (r["dim"], order.get(r["row"], len(order))))
+    all_rows = tuple(dict.fromkeys((*rows, *(r["row"] for r in reused))))
     meta = {"suite": "synthetic", "command": command, "quick": quick, "seed": seed,
             "plan": p.__dict__ | {"seeds": list(p.seeds)}, "rows": list(all_rows),
             "settings": [s.__dict__ | {"name": s.name} for s in chosen],
             "grids": {k: [str(g) for g in SPECS[k].grid] for k in all_rows},
             "wall_seconds": time.perf_counter() - start, "machine": machine_info()}
     if reused:
-        meta["reused"] = {"rows": sorted({r["row"] for r in reused} - set(rows)),
-                          "from_command": reused[0]["_command"]}
-        for r in records:
-            r.pop("_command", None)
+        meta["reused"] = provenance
     return synthetic_report.write(out, records, meta)
 
 
-def _reused_records(folder: Path, p: Plan, chosen: list[Setting], rows: tuple[str, ...]
-                    ) -> list[dict[str, Any]]:
-    """The records of the rows not run now, from ``folder/results.json`` (same plan)."""
+def _reused_records(folder: Path, p: Plan, chosen: list[Setting], rows: tuple[str, ...],
+                    rerun: set[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records not run now (row not in ``rows`` or setting not in ``rerun``) from
+    ``folder/results.json`` (same plan and grids), and where they came from."""
     import json
 
     path = folder / "results.json"
@@ -289,14 +293,17 @@ def _reused_records(folder: Path, p: Plan, chosen: list[Setting], rows: tuple[st
     missing = sorted(names - {s["name"] for s in old.get("settings", [])})
     if missing:
         raise ValueError(f"--reuse {folder}: settings {missing} are not there; drop --reuse")
-    reused = {r["row"] for r in old["records"] if r["row"] not in rows}
-    changed = [k for k in sorted(reused) if k not in SPECS
+    kept = [r for r in old["records"] if r["setting"] in names
+            and not (r["row"] in rows and r["setting"] in rerun)]
+    changed = [k for k in sorted({r["row"] for r in kept}) if k not in SPECS
                or old.get("grids", {}).get(k) != [str(g) for g in SPECS[k].grid]]
     if changed:
         raise ValueError(f"--reuse {folder}: rows {changed} were run with other grids than "
                          "now; rerun them (add them to --rows)")
-    return [{**r, "_command": old["command"]} for r in old["records"]
-            if r["row"] not in rows and r["setting"] in names]
+    provenance = {"records": len(kept), "rows": sorted({r["row"] for r in kept}),
+                  "settings": sorted({r["setting"] for r in kept}),
+                  "from_command": old["command"], "earlier": old.get("reused")}
+    return kept, provenance
 
 
 __all__ = ["DESCRIPTION", "ROWS", "Plan", "Setting", "gaussian_kl", "make_measure",
