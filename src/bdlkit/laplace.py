@@ -160,19 +160,21 @@ def gaussian_to_theta(lam: Any, start: LaplaceStart) -> Any:
 
 def state_to_theta(state: Any, start: LaplaceStart) -> Any:
     """A VI state of a run on z with its Gaussian fields mapped to θ by
-    :func:`gaussian_to_theta`: λ, score_vi's anchor, and, in nested states such as the
-    closed form's, the saved iterates; a ``curvature`` field (a precision average) is
-    divided by s². The rest (optimiser moments, generator state, step, counters) is kept
-    as it is: the moments stay in z units and describe the z run."""
+    :func:`gaussian_to_theta`: λ, score_vi's anchor, and in a nested solver state the
+    fields it declares (``GAUSSIAN_FIELDS``, e.g. the closed form's saved iterates, and
+    ``PRECISION_FIELDS``, divided by s²). The rest (optimiser moments, generator state,
+    step, counters) is kept as it is: the moments stay in z units and describe the z run."""
     changes: dict[str, Any] = {}
     for f in dataclasses.fields(state):
         value = getattr(state, f.name)
         if isinstance(value, (DiagGaussianParams, FullGaussianParams)):
             changes[f.name] = gaussian_to_theta(value, start)
-        elif f.name == "curvature" and isinstance(value, Tensor):
-            changes[f.name] = value / start.scale.to(value.dtype) ** 2
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            changes[f.name] = state_to_theta(value, start)
+        elif hasattr(value, "GAUSSIAN_FIELDS"):
+            changes[f.name] = dataclasses.replace(value, **{
+                **{k: gaussian_to_theta(getattr(value, k), start)
+                   for k in value.GAUSSIAN_FIELDS},
+                **{k: getattr(value, k) / start.scale.to(getattr(value, k).dtype) ** 2
+                   for k in getattr(value, "PRECISION_FIELDS", ())}})
     return dataclasses.replace(state, **changes)
 
 

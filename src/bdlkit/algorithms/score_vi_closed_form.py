@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -65,6 +66,13 @@ SETTLED_LOG_SIGMA = 0.35  # the growth test waits while the median σ changes by
 
 @pytree_dataclass
 class ClosedFormState:
+    """The closed form's solver state. ``GAUSSIAN_FIELDS`` hold iterates of q and
+    ``PRECISION_FIELDS`` a precision average: a change of variables (``bdlkit.laplace``)
+    maps them with λ."""
+
+    GAUSSIAN_FIELDS: ClassVar[tuple[str, ...]] = ("saved_prev", "saved_cur")
+    PRECISION_FIELDS: ClassVar[tuple[str, ...]] = ("curvature",)
+
     omega: Tensor  # current damping
     halvings: int
     saved_prev: DiagGaussianParams  # λ at the start of the previous window
