@@ -4,12 +4,12 @@ The flow: result → streaming BMA predictive (:mod:`bdlkit.predictive`) on the 
 split → metrics (:mod:`bdlkit.metrics`), and optionally
 
 * OOD detection against another data set's inputs (entropy, max-probability and
-  mutual-information AUROC/AUPR, ``algorithms.md`` C.5);
-* agreement and total variation against reference (HMC) probabilities (C.4);
+  mutual-information AUROC/AUPR, ``docs/metrics.md``);
+* agreement and total variation against reference (HMC) probabilities;
 * covariate shift: six corruptions at five severities (:mod:`bdlkit.data.corruptions`),
   one corrupted copy of the test split in memory at a time;
 * sampling diagnostics of a sampler run (:func:`sampler_diagnostics`): single-chain ESS
-  (L2E's TFP formula, C.7) and per-chain split R̂ (Sommer et al., C.8) on the weights
+  (L2E's TFP formula) and per-chain split R̂ (Sommer et al.; ``docs/metrics.md``) on the weights
   layer by layer and on function-space quantities (predictive probabilities on a probe
   set).
 

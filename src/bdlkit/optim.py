@@ -3,7 +3,7 @@
 Written by hand because bdlkit's states must be immutable pytrees that flatten
 into checkpoints: ``torch.optim`` keeps mutable per-parameter state inside the
 optimiser object, and ``torchopt`` (the functional alternative) is unmaintained
-since 2023 (``landscape.md`` 7.7). Each optimiser is a pair
+since 2023. Each optimiser is a pair
 ``init(params) -> opt_state`` and ``update(grads, opt_state, params, lr) ->
 (updates, opt_state)``; apply with ``params + updates`` (optax convention).
 """

@@ -16,7 +16,7 @@ The data flow::
       → ``report.md``.
 
 ``bdlkit evaluate RUN --reference DIR`` then reports agreement and total variation of RUN's
-predictive against ``probs`` (``algorithms.md`` C.4), after checking that RUN uses the same
+predictive against ``probs`` (``docs/metrics.md``), after checking that RUN uses the same
 data and test split. Running the command again with the same options reuses the finished
 chains (the cache); other options need ``--overwrite`` or another ``--out``.
 """

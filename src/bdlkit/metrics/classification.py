@@ -1,6 +1,6 @@
 """Classification metrics on a BMA predictive ``probs (n, K)`` and labels ``(n,)``.
 
-Definitions follow ``algorithms.md`` Part C (C.1, C.2). Accuracy, NLL and Brier are one-line
+Definitions: ``docs/metrics.md``. Accuracy, NLL and Brier are one-line
 reductions. The two ECE variants are hand-written (vectorised torch) rather than taken from
 torchmetrics, because torchmetrics' ``MulticlassCalibrationError`` bins differently:
 
@@ -148,7 +148,7 @@ def reliability_bins(probs: Tensor, labels: Tensor, num_bins: int = 15) -> dict:
 
 
 def ece(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
-    """Top-label ECE (L2E, C.2 variant 1): ``Σ_b |acc_b − conf_b| · n_b / n``.
+    """Top-label ECE (L2E; docs/metrics.md, variant 1): ``Σ_b |acc_b − conf_b| · n_b / n``.
 
     ``num_bins`` equal-width bins on the maximum probability, membership
     ``lower < conf <= upper``. Hand-written: torchmetrics bins ``lower <= conf < upper``
@@ -158,7 +158,7 @@ def ece(probs: Tensor, labels: Tensor, num_bins: int = 15) -> float:
 
 
 def ece_all_class(probs: Tensor, labels: Tensor, num_bins: int = 15) -> tuple[float, float]:
-    """All-class ECE and MCE (BayesDLL, C.2 variant 2).
+    """All-class ECE and MCE (BayesDLL; docs/metrics.md, variant 2).
 
     All ``K·n`` probabilities ``p_ij`` are binned with edges ``linspace(0, 1 + 1e-8,
     num_bins + 1)`` and membership ``lower <= p < upper`` (``np.digitize``), so ``p = 0`` is in

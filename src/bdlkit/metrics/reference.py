@@ -1,11 +1,11 @@
-"""Agreement and total variation against a reference predictive (HMC), ``algorithms.md`` C.4.
+"""Agreement and total variation against a reference predictive (HMC), ``docs/metrics.md``.
 
 Definitions of the NeurIPS 2021 BDL competition (Izmailov et al. 2021)::
 
     agreement = (1/n) Σ_i 1[argmax_c p̂(c|x_i) = argmax_c p_ref(c|x_i)]
     TV        = (1/n) Σ_i ½ Σ_c |p̂(c|x_i) − p_ref(c|x_i)|
 
-Rows must be aligned by test index (the caller's job; see C.4 on L2E's permuted subset).
+Rows must be aligned by test index (the caller's job; ``docs/metrics.md`` on a permuted subset).
 Two lines each, so written here rather than pulled from a library.
 """
 
