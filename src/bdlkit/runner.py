@@ -336,8 +336,7 @@ class Runner:
             raise NonFiniteError(self._nan_message("the log density", t))
 
     def _nan_message(self, what: str, t: int) -> str:
-        knob = getattr(self.algorithm, "step_size_param", "lr")  # declared by the algorithm
-        lr = getattr(self.algorithm, knob, None)
+        knob, lr = vi_checks.step_size(self.algorithm)  # the option the algorithm declares
         hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
         kept = (f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
                 else "")

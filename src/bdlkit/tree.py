@@ -97,3 +97,10 @@ def stack(trees: list[TensorTree]) -> TensorTree:
 def index(tree: TensorTree, i: int | slice | Tensor) -> TensorTree:
     """Index every leaf along its leading axis."""
     return tree_map(lambda t: t[i], tree)
+
+
+def unzip_pairs(pairs: Any) -> tuple[TensorTree, TensorTree]:
+    """Split the result of ``tree_map`` with a function returning pairs into two trees."""
+    if isinstance(pairs, tuple):
+        return pairs
+    return {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}

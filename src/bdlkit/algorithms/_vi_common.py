@@ -83,14 +83,9 @@ def make_opt(optimizer: str, momentum: float) -> SGD | Adam:
     return make_optimizer(optimizer, **({"momentum": momentum} if optimizer == "sgd" else {}))
 
 
-def init_state(
-    problem: Problem,
-    opt: SGD | Adam,
-    params: TensorTree | DiagGaussianParams | None,
-    init_std: float,
-    generator: torch.Generator,
-) -> VIState:
-    """The initial state: λ centred at ``params`` with σ = ``init_std``.
+def initial_lam(problem: Problem, params: TensorTree | DiagGaussianParams | None,
+                init_std: float, generator: torch.Generator) -> DiagGaussianParams:
+    """λ₀ centred at ``params`` with σ = ``init_std``.
 
     ``params`` may be a point (μ₀; default ``problem.init_params``) or a full
     :class:`DiagGaussianParams` (warm start from another VI run; ``init_std`` is ignored).
@@ -106,6 +101,18 @@ def init_state(
             f"VI on a Target fits one approximation: the starting point must have shape "
             f"({problem.dim},), got {tuple(lam.mu.shape)} (chains= is for samplers)"
         )
+    return lam
+
+
+def init_state(
+    problem: Problem,
+    opt: SGD | Adam,
+    params: TensorTree | DiagGaussianParams | None,
+    init_std: float,
+    generator: torch.Generator,
+) -> VIState:
+    """The initial state: λ₀ from :func:`initial_lam`, the optimiser state, the noise."""
+    lam = initial_lam(problem, params, init_std, generator)
     noise = rng.split(generator, device=device_of(lam.mu))
     return VIState(lam=lam, opt_state=opt.init(lam), rng_state=rng.state_of(noise), step=0)
 
@@ -177,6 +184,7 @@ __all__ = [
     "draw_eps",
     "entropy",
     "init_state",
+    "initial_lam",
     "make_opt",
     "minibatch_scores",
     "num_draws",

@@ -50,10 +50,10 @@ from ..families import diag_gaussian as family
 from ..families.diag_gaussian import DiagGaussianParams
 from ..problems import BayesianModel, Target
 from ..schedules import Schedule, resolve
-from ..tree import TensorTree, all_finite, device_of, pytree_dataclass, tree_map
+from ..tree import TensorTree, all_finite, device_of, pytree_dataclass, tree_map, unzip_pairs
 from ..types import Batch, Info, Problem
 from . import score_vi_closed_form as closed_form
-from ._vi_common import DiagGaussianVI, make_opt, minibatch_scores
+from ._vi_common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -117,10 +117,7 @@ class ScoreVI(DiagGaussianVI):
 
     def init(self, params: TensorTree | DiagGaussianParams | None = None, *,
              generator: torch.Generator) -> ScoreVIState:
-        if params is None:
-            params = self.problem.init_params(generator)
-        lam = params if isinstance(params, DiagGaussianParams) else \
-            family.init(params, self.init_std)
+        lam = initial_lam(self.problem, params, self.init_std, generator)
         noise = rng.split(generator, device=device_of(lam.mu))
         opt = closed_form.init(lam, self.omega) if self.solver == "closed_form" \
             else self._opt.init(lam)
@@ -202,14 +199,11 @@ def precision_floor(problem: Problem) -> float:
 
 def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: bool,
                antithetic: bool = False) -> Tensor:
-    """mean_k (θ_k − μ) ŝ_k; ``centred``: its anchor part as the unbiased covariance
-    Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), or /S for antithetic pairs (whose θ_k − μ_t sum to
-    zero), plus (μ_t − μ)·ŝ̄ (same expectation)."""
+    """mean_k (θ_k − μ) ŝ_k; ``centred``: its anchor part as the unbiased
+    :func:`~.score_vi_closed_form.anchor_covariance`, plus (μ_t − μ)·ŝ̄ (same expectation)."""
     if not centred:
         return ((theta - lam_mu) * s).mean(0)
-    s_bar = s.mean(0)
-    n = theta.shape[0] if antithetic else theta.shape[0] - 1
-    return ((theta - mu_t) * (s - s_bar)).sum(0) / n + (mu_t - lam_mu) * s_bar
+    return closed_form.anchor_covariance(theta, mu_t, s, antithetic) + (mu_t - lam_mu) * s.mean(0)
 
 
 def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
@@ -253,7 +247,7 @@ def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,
         return g_mu / (2 * (1 + alpha) * a2), g_rho / h_rho
 
     pairs = tree_map(per_leaf, grads.mu, grads.rho, lam.mu, lam.rho, anchor.mu, anchor.rho)
-    mu, rho = closed_form._split(pairs)
+    mu, rho = unzip_pairs(pairs)
     return DiagGaussianParams(mu=mu, rho=rho)
 
 
@@ -272,7 +266,7 @@ def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: Te
 
 
 def _per_leaf(fn, lam, anchor, thetas, scores) -> DiagGaussianParams:
-    mu, rho = closed_form._split(tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas,
+    mu, rho = unzip_pairs(tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas,
                                           scores))
     return DiagGaussianParams(mu=mu, rho=rho)
 

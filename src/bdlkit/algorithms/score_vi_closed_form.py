@@ -54,7 +54,15 @@ from torch import Tensor
 
 from ..errors import NonFiniteError
 from ..families.diag_gaussian import DiagGaussianParams
-from ..tree import TensorTree, all_finite, pytree_dataclass, tree_leaves, tree_map, zeros_like
+from ..tree import (
+    TensorTree,
+    all_finite,
+    pytree_dataclass,
+    tree_leaves,
+    tree_map,
+    unzip_pairs,
+    zeros_like,
+)
 
 GUARD_WINDOW = 10
 GUARD_GROWTH = 2.0
@@ -95,21 +103,28 @@ def init(lam: DiagGaussianParams, omega: float) -> ClosedFormState:
         curvature=zeros_like(lam.mu), weight=zeros_like(lam.mu))
 
 
+def anchor_covariance(theta: Tensor, mu_t: Tensor, s: Tensor, antithetic: bool) -> Tensor:
+    """The unbiased estimate of E[(θ − μ_t) ŝ] from draws of the anchor: the centred
+    Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), or for antithetic pairs, whose θ_k − μ_t sum to
+    zero, Σ_k (θ_k − μ_t) ŝ_k/S (the same sum, already centred)."""
+    dev = theta - mu_t
+    if antithetic:
+        return (dev * s).mean(0)
+    return (dev * (s - s.mean(0))).sum(0) / (theta.shape[0] - 1)
+
+
 def curvature(anchor: DiagGaussianParams, thetas: TensorTree, scores: TensorTree, loss: str,
               antithetic: bool) -> tuple[TensorTree, TensorTree]:
     """``(â, m1)`` per coordinate from draws of the anchor (module docstring)."""
     def per_leaf(mu_t: Tensor, rho_t: Tensor, theta: Tensor, s: Tensor):
-        n = theta.shape[0]
         if loss == "mc":
             m1 = theta.mean(0)
             v = ((theta - m1) ** 2).mean(0)
             c = ((theta - m1) * (s - s.mean(0))).mean(0)
             return -c / v, m1
-        dev = theta - mu_t
-        c = (dev * s).mean(0) if antithetic else (dev * (s - s.mean(0))).sum(0) / (n - 1)
-        return -c * (-2 * rho_t).exp(), mu_t
+        return -anchor_covariance(theta, mu_t, s, antithetic) * (-2 * rho_t).exp(), mu_t
 
-    return _split(tree_map(per_leaf, anchor.mu, anchor.rho, thetas, scores))
+    return unzip_pairs(tree_map(per_leaf, anchor.mu, anchor.rho, thetas, scores))
 
 
 def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
@@ -129,7 +144,7 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
         w = torch.where(ok, decay * w + (1 - decay), decay * w)
         return c, w
 
-    curv, weight = _split(tree_map(average, state.curvature, state.weight, a_hat))
+    curv, weight = unzip_pairs(tree_map(average, state.curvature, state.weight, a_hat))
 
     def update(a, mu, mu_t, rho_t, c, w, s, m, floor):
         a_t = (-2 * rho_t).exp()
@@ -149,7 +164,7 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
 
     steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
     a_cur = tree_map(lambda r: (-2 * r).exp(), lam.rho)
-    a_next, mu_next = _split(tree_map(update, a_cur, lam.mu, anchor.mu, anchor.rho, curv,
+    a_next, mu_next = unzip_pairs(tree_map(update, a_cur, lam.mu, anchor.mu, anchor.rho, curv,
                                       weight, scores, m1, a_min))
     new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: -0.5 * a.log(), a_next))
     summary = torch.stack([torch.stack(v).sum().double() for v in counts.values()]
@@ -184,12 +199,6 @@ def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -
     diffs = [(n - o).abs().reshape(-1) for n, o in zip(tree_leaves(new.rho),
                                                         tree_leaves(old.rho))]
     return float(torch.cat(diffs).median())
-
-
-def _split(pairs) -> tuple[TensorTree, TensorTree]:
-    if isinstance(pairs, tuple):
-        return pairs
-    return {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
 
 
 def back_off(state: ClosedFormState, t: int, why: str

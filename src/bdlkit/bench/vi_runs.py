@@ -29,6 +29,7 @@ import math
 import statistics
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +85,9 @@ def scores_per_step(method: str, hyper: dict[str, Any]) -> int:
     probe = Target(lambda th: -0.5 * (th * th).sum(-1), dim=1)
     build = {k: v for k, v in hyper.items() if not isinstance(v, Annealed)}
     try:
-        return int(algorithms.get_method(method).build(probe, **build).num_samples)
+        with warnings.catch_warnings():  # the real build warns, not this probe
+            warnings.simplefilter("ignore")
+            return int(algorithms.get_method(method).build(probe, **build).num_samples)
     except (ValueError, TypeError):  # bad options: run_vi records the error of its build
         return 1
 
