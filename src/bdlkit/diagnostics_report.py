@@ -1,4 +1,4 @@
-"""Sampling diagnostics of one sampler run, as L2E reports them (``algorithms.md`` C.7, C.8).
+"""Sampling diagnostics of one sampler run, as L2E reports them (``docs/metrics.md``).
 
 A network run is one chain of S kept draws. On the weights, per parameter tensor
 (layer weights and biases separately) and over all coordinates:

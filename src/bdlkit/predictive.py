@@ -1,6 +1,6 @@
 """Streaming Bayesian model averaging: the posterior predictive over draws θ_1..θ_S.
 
-Classification, in log space (``algorithms.md`` C.1)::
+Classification, in log space (``docs/metrics.md``)::
 
     log p̄(y | x) = logsumexp_s log p(y | x, θ_s) − log S
 

@@ -63,7 +63,7 @@ class Exponential:
 class CyclicalCosine:
     """``(peak/2)·(cos(π·mod(k, P)/P) + 1)``: the cosine cycles of Zhang et al. (2020),
     restarting at ``peak`` every ``cycle_steps`` = P steps (k counted from 0;
-    ``algorithms.md`` A.4.2, the bdlkit form)."""
+    ``docs/sgmcmc.md``, the bdlkit form)."""
 
     peak: float
     cycle_steps: int

@@ -57,7 +57,7 @@ NOTES = (
     "against notMNIST; `seconds`: one run's training wall time (the machine may be shared); "
     "σ: quantiles over all weights, σ moved = median σ / init_std; mean ± std over seeds.",
     "`score_vi_grad` (K = 1, Rao-Blackwellised, σ²-preconditioned, Adam) follows ADVI's "
-    "iterates (score_vi's docstring, B.3): its rows should match `advi`'s up to round-off "
+    "iterates (docs/score_vi.md, section 1): its rows should match `advi`'s up to round-off "
     "that grows over the run; a large gap flags a regression.",
     "Known limitation: the tuning images (20 % of the first seed's training split) are "
     "not excluded from the other seeds' test sets, so for seeds 2 and 3 up to 20 % of n "

@@ -58,7 +58,7 @@ NOTES: dict[str, str] = {
             "only",
     "l2e": "the shipped meta-parameters (meta-trained on other tasks, never on digits) with "
            "their constants: grad_scale 50000 and code-form noise, i.e. a cold posterior "
-           "(algorithms.md A.1)",
+           "(docs/sgmcmc.md)",
     "ensemble": "5 members, each trained for the full number of steps (5x the cost of MAP)",
 }
 COLUMNS = ["method", "kind", "steps", "accuracy", "nll", "ece", "brier", "train_s", "train_ratio",

@@ -6,7 +6,7 @@ N(0, 1), T = 1. The reference is ``bdlkit reference hmc`` with its defaults (4 c
 into ``DIR/runs/reference`` and reused when the suite runs again. Every method then runs
 1 000 steps (batch 128) for 3 seeds and is scored on the test set: BMA accuracy, NLL,
 top-label ECE, and agreement and total variation against the HMC predictive
-(``algorithms.md`` C.4), mean ± std over seeds. ``--quick``: a 10-unit MLP, 2 chains of
+(``docs/metrics.md``), mean ± std over seeds. ``--quick``: a 10-unit MLP, 2 chains of
 120 iterations, 300 steps and one seed, as a smoke test of the whole pipeline.
 """
 

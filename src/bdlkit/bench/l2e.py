@@ -3,19 +3,21 @@
 Kim et al. ("Learning to Explore for Stochastic Gradient MCMC", ICML 2024) report that
 L2E's meta-learned sampler (a) predicts closer to HMC than deep ensembles and cyclical
 SG-MCMC, (b) mixes faster per second than cyclical SGHMC (CIFAR-10 ESS/s 82.97 vs 56.61,
-ratio 1.47, ``algorithms.md`` A.5) and (c) costs about as much per step as SGHMC. The suite
+ratio 1.47, ``docs/l2e.md``) and (c) costs about as much per step as SGHMC. The suite
 measures these on tasks held out of bdlkit's L2E meta-training (CNNs on 14x14 MNIST, MLPs
 on mnist1d, teacher-student data): digits and CIFAR-10 never appear there; MNIST's training
 images do (the CNN family), its test images and MLPs on it do not:
 
-* ``digits-hmc``: MLP 64-H-10 on scikit-learn digits; agreement and total variation (C.4)
-  against an HMC reference built by ``bdlkit.reference`` as in the ``hmc-agreement`` suite,
-  cached in ``DIR/runs/reference`` and reused when the suite runs again;
+* ``digits-hmc``: MLP 64-H-10 on scikit-learn digits; agreement and total variation
+  (``docs/metrics.md``) against an HMC reference built by ``bdlkit.reference`` as in the
+  ``hmc-agreement`` suite, cached in ``DIR/runs/reference`` and reused when the suite runs
+  again;
 * ``mnist-mlp``: MLP 784-100-100-10 on bdlkit's MNIST split (``load_mnist(train_size=5000,
   seed=0)``: 5 000 training and 5 000 test images of the shipped 10k set); OOD AUROC against
-  notMNIST (predictive entropy as the headline, ``metrics.ood_metrics``, C.5) and accuracy,
-  NLL and ECE under the corruptions of :mod:`bdlkit.data.corruptions` (MNIST-C table),
-  averaged over corruption types per severity and overall;
+  notMNIST (predictive entropy as the headline, ``metrics.ood_metrics``, ``docs/metrics.md``,
+  OOD detection) and accuracy, NLL and ECE under the corruptions of
+  :mod:`bdlkit.data.corruptions` (MNIST-C table), averaged over corruption types per
+  severity and overall;
 * ``cifar10``: the 5 000-image CIFAR-10 subset (10 000 test images) with ResNet20-FRN
   (quick: the small ConvNet of :mod:`bdlkit.models.cnn`, width 8, depth 1).
 
@@ -25,16 +27,16 @@ draws for every method, and a sum of per-coordinate ESS grows with the draws) an
 (5 members, lr 1e-3); each runs :data:`CHAINS` independent chains (seeds seed, seed+1, ...;
 an ensemble "chain" is one whole ensemble). Per (task, method), mean ± std over chains: BMA
 accuracy, NLL and top-label ECE; wall time per step (the runner's wall time / steps) and
-its ratio to sghmc's on the same task; ESS per second after C.7 (per chain, the TFP
-single-chain ESS of every weight coordinate of the kept draws, summed over coordinates,
-divided by the run's wall time), the same per coordinate divided by the number of draws,
-and a function-space ESS/s (mean over probe test points of the ESS of the true-class
-probability); layer-wise R-hat (C.8 item 3, :func:`~bdlkit.diagnostics.layerwise_rhat` on
-the draws stacked (chains, draws, *shape)): its mean and fraction below 1.1 over all
-coordinates. An ensemble has no chain: ESS and R-hat are "n/a". ``results.json`` holds the
-rows, the claims (:func:`compute_claims`), the settings, the command and the machine;
-``report.md`` a table per task and the claims. A method that fails keeps its row, with
-the error in ``status``.
+its ratio to sghmc's on the same task; ESS per second after ``docs/metrics.md`` (ESS; per
+chain, the TFP single-chain ESS of every weight coordinate of the kept draws, summed over
+coordinates, divided by the run's wall time), the same per coordinate divided by the number
+of draws, and a function-space ESS/s (mean over probe test points of the ESS of the
+true-class probability); layer-wise R-hat (``docs/metrics.md``, R-hat, item 3,
+:func:`~bdlkit.diagnostics.layerwise_rhat` on the draws stacked (chains, draws, *shape)):
+its mean and fraction below 1.1 over all coordinates. An ensemble has no chain: ESS and
+R-hat are "n/a". ``results.json`` holds the rows, the claims (:func:`compute_claims`), the
+settings, the command and the machine; ``report.md`` a table per task and the claims. A
+method that fails keeps its row, with the error in ``status``.
 
 Sizes (:func:`tasks`). ``--quick`` (CPU; measured 8 min with one torch thread on a 2-core
 machine shared with another job, 36 runs plus the reference): digits MLP 64-10-10,
@@ -109,7 +111,7 @@ class Task:
     steps: int
     data_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     thin: int | None = None  # l2e/sghmc draw spacing (None: the runner's ~100 draws)
-    reference_chains: int = 0  # > 0: score against an HMC reference (C.4)
+    reference_chains: int = 0  # > 0: score against an HMC reference (docs/metrics.md)
     reference_steps: int | None = None  # None: bdlkit reference's default (400)
     ood: str | None = None
     ood_points: int | None = None  # first n OOD inputs (None: all)
@@ -333,8 +335,8 @@ def weight_draws(result: Any) -> dict[str, Tensor]:
 
 
 def weight_ess(draws: Mapping[str, Tensor]) -> Tensor:
-    """Per-coordinate single-chain ESS (C.7, TFP truncation) of one chain's draws
-    ``name -> (draws, *shape)``, all coordinates concatenated: shape ``(d,)``."""
+    """Per-coordinate single-chain ESS (``docs/metrics.md``, ESS: TFP truncation) of one
+    chain's draws ``name -> (draws, *shape)``, all coordinates concatenated: shape ``(d,)``."""
     return torch.cat([ess_tfp_single_chain(x.reshape(x.shape[0], -1)).reshape(-1).cpu()
                       for x in draws.values()])
 
@@ -349,7 +351,7 @@ def function_ess(preds: Tensor, labels: Tensor) -> Tensor:
 
 def chain_diagnostics(chains: Sequence[Mapping[str, Tensor]],
                       seconds: Sequence[float]) -> dict[str, Any]:
-    """ESS/s (C.7) of each chain and the layer-wise R-hat (C.8) over the chains.
+    """ESS/s of each chain and the layer-wise R-hat over the chains (``docs/metrics.md``).
 
     ``chains``: one ``name -> (draws, *shape)`` mapping per chain; ``seconds``: each chain's
     sampling wall time. ESS: summed over every weight coordinate, divided by the seconds;

@@ -21,7 +21,7 @@ VALUES = ("accuracy", "nll", "ece", "agreement", "total_variation", "ood_auroc",
           "ood_auroc_maxprob", "ood_auroc_mi", "corr_accuracy", "corr_nll", "corr_ece",
           "train_s", "step_ms", "fn_ess_per_s")
 ESS_THRESHOLD = 1.0  # claim (b): L2E's ESS/s above cSGHMC's
-PAPER_ESS_RATIO = 82.97 / 56.61  # A.5, CIFAR-10 ResNet20-FRN
+PAPER_ESS_RATIO = 82.97 / 56.61  # docs/l2e.md, Reported numbers: CIFAR-10 ResNet20-FRN
 STEP_TIME_GOAL = 1.5  # claim (c): at most 1.5x SGHMC's wall time per step
 #: (row key, header, format) of the per-task tables; task columns are added per task.
 HEAD = [("method", "method", None), ("status", "status", None), ("chains", "chains", None),
@@ -35,7 +35,7 @@ TASK_COLUMNS = {
                       ("corr_nll", "corrupted NLL", ".4f"), ("corr_ece", "corrupted ECE", ".4f")],
 }
 TAIL = [("step_ms", "ms/step", ".2f"), ("step_ratio", "x sghmc", ".2f"),
-        ("ess_per_s", "ESS/s (C.7)", ".4g"), ("ess_frac", "ESS/draw", ".3f"),
+        ("ess_per_s", "ESS/s", ".4g"), ("ess_frac", "ESS/draw", ".3f"),
         ("fn_ess_per_s", "fn ESS/s", ".4g"), ("rhat_mean", "R-hat mean", ".4f"),
         ("rhat_frac_below_1.1", "R-hat < 1.1", ".3f")]
 DIAGNOSTIC_KEYS = {"ess_per_s", "ess_frac", "fn_ess_per_s", "rhat_mean", "rhat_frac_below_1.1"}
@@ -186,7 +186,7 @@ def compute_claims(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any
             "task": "digits-hmc", "values": agree,
             "threshold": "l2e > ensemble and l2e > csghmc", "supported": a_ok},
         "b_ess_per_second_ratio": {
-            "claim": "L2E's ESS per second (C.7) exceeds cyclical SGHMC's",
+            "claim": "L2E's ESS per second (docs/metrics.md, ESS) exceeds cyclical SGHMC's",
             "values": ess, "threshold": ESS_THRESHOLD, "comparison": ">",
             "paper_value": round(PAPER_ESS_RATIO, 3),
             "supported": None if not ess else all(v > ESS_THRESHOLD for v in ess.values())},
@@ -202,22 +202,23 @@ def compute_claims(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any
 NOTES = [
     "Cells are mean ± std over the chains (an ensemble's chain is one 5-member ensemble). "
     "Accuracy, NLL and ECE (top-label, 15 bins) are of each run's BMA predictive on the "
-    "whole test split; agreement and TV are against the HMC reference (C.4).",
+    "whole test split; agreement and TV are against the HMC reference (docs/metrics.md).",
     "`ms/step`: the runner's wall time (steps, sample store, checkpoints) over the steps; "
     "`x sghmc`: its ratio to sghmc's on the same task. An ensemble step trains all 5 "
     "members.",
-    "`ESS/s (C.7)`: per chain, the TFP single-chain ESS of every weight coordinate of the "
-    "kept draws, summed over coordinates, over the chain's wall time (L2E divides by the "
-    "seconds per epoch and 1e5; the l2e/csghmc ratio is the same when both run the same "
-    "number of steps). `ESS/draw`: the mean ESS per coordinate over the number of kept "
-    "draws. `fn ESS/s`: mean over the first probe test points of the ESS of the "
+    "`ESS/s` (docs/metrics.md, ESS): per chain, the TFP single-chain ESS of every weight "
+    "coordinate of the kept draws, summed over coordinates, over the chain's wall time (L2E "
+    "divides by the seconds per epoch and 1e5; the l2e/csghmc ratio is the same when both "
+    "run the same number of steps). `ESS/draw`: the mean ESS per coordinate over the number "
+    "of kept draws. `fn ESS/s`: mean over the first probe test points of the ESS of the "
     "true-class probability, over the wall time. Σ ESS grows with the number of kept draws: "
     "csghmc keeps 25 draws in each of its 4 cycles (fewer where a cycle's sampling phase is "
     "shorter), l2e and sghmc about 100 (`draws`), as L2E's notebook (100 draws for every "
     "method).",
-    "`R-hat`: L2E's layer-wise R-hat (C.8 item 3): the per-chain rank-normalised split "
-    "R-hat averaged over the chains, per coordinate; mean and fraction below 1.1 over all "
-    "coordinates (per-layer values in results.json). n/a: an ensemble has no chain.",
+    "`R-hat`: L2E's layer-wise R-hat (docs/metrics.md, R-hat, item 3): the per-chain "
+    "rank-normalised split R-hat averaged over the chains, per coordinate; mean and fraction "
+    "below 1.1 over all coordinates (per-layer values in results.json). n/a: an ensemble "
+    "has no chain.",
 ]
 
 
@@ -237,7 +238,7 @@ def write_report(out: Path, rows: Sequence[Mapping[str, Any]],
              + f"; {settings['chains']} chains each, seeds {settings['seed']}.."
              f"{settings['seed'] + settings['chains'] - 1}; batch 128, prior N(0, 1), T = 1 for "
              "the problem; l2e runs at its meta-trained constants (grad_scale 50000, code "
-             "noise: a cold posterior in the SGHMC limit, algorithms.md A.1).",
+             "noise: a cold posterior in the SGHMC limit, docs/sgmcmc.md).",
              "- L2E meta-parameters: " + (
                  f"`{meta.get('path')}` (sha256 {str(meta.get('sha256'))[:16]}…), "
                  f"constants {meta.get('constants')}, made by `{info.get('command', '?')}` "

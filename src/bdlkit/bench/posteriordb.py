@@ -336,8 +336,8 @@ def report(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "Mean-field rows (score_vi, advi, fisher_vi, *_diag) cannot represent correlations: "
         "on correlated posteriors the KL(q‖p) optimum underestimates marginal stds (ratios "
         "< 1), and its first-order optimisation from q₀ is slow on ill-conditioned ones.",
-        "score_vi (gradient solver, K = 1) has the iterates of advi (B.3): equal rows are "
-        "expected.",
+        "score_vi (gradient solver, K = 1) has the iterates of advi (docs/score_vi.md, "
+        "section 1): equal rows are expected.",
         "Why the Laplace start (bdlkit.bench.laplace_start, docs/gotchas.md): from "
         "q₀ = N(0, I) (`evaluate(..., start='zero')`) the Adam-based rows stall on the "
         "ill-conditioned posteriors, whose unconstrained scales run from 1e-3 to 10 with "

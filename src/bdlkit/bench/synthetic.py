@@ -1,5 +1,5 @@
 """The ``synthetic`` suite: score-based VI against ADVI, GSM and BaM on targets with known
-answers (``algorithms.md`` D.2): ``bdlkit bench synthetic [--quick] --out DIR``.
+answers (``docs/protocols.md``): ``bdlkit bench synthetic [--quick] --out DIR``.
 
 Settings (each a target family × dimension; the target's mean is a seeded N(0, I) draw and
 every method starts from q₀ = N(0, σ₀² I)):

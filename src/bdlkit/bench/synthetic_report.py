@@ -1,7 +1,7 @@
 """Tables, convergence plots and the verdict on each paper claim for the ``synthetic`` suite.
 
 Per setting × row the summary uses the row's selected grid point and the median over
-seeds. The claims of the SSM-prox paper (``algorithms.md`` B.1, D.2) are checked as:
+seeds. The claims of the SSM-prox paper (``docs/protocols.md``) are checked as:
 
 1. *Faster convergence than ADVI*: on each Gaussian setting, the score evaluations each
    method needs before its excess KL falls to τ = 0.01·d nats (interpolated log-log between

@@ -1,6 +1,7 @@
 """Image classification data: MNIST, notMNIST (OOD), a CIFAR-10 subset and sklearn digits.
 
-Where the data come from (all offline, nothing is downloaded; see ``shared/data/README.md``):
+Where the data come from (all offline, nothing is downloaded; paths relative to the data root,
+``--data-root`` or ``$BDLKIT_DATA``; see :mod:`.roots`):
 
 * ``mnist/t10k-{images-idx3,labels-idx1}-ubyte.gz``: the canonical 10k MNIST **test** set
   (the training set is not shipped). :func:`load_mnist` splits it with a seeded permutation:

@@ -1,6 +1,6 @@
 """Long-horizon forecasting data (ETTh2, Exchange rate, ILI) with the Koopa/Autoformer protocol.
 
-Data (see ``shared/data/README.md`` sections 3-4):
+Data, relative to the data root (``--data-root`` or ``$BDLKIT_DATA``; see :mod:`.roots`):
 
 * ``ETDataset/ETT-small/ETTh2.csv``: hourly, 17,420 rows, ``date`` + 6 loads + ``OT``;
 * ``autoformer_datasets/dataset/exchange_rate/exchange_rate.csv``: daily, 7,588 rows,
@@ -8,7 +8,7 @@ Data (see ``shared/data/README.md`` sections 3-4):
 * ``autoformer_datasets/dataset/illness/national_illness.csv``: weekly, 966 rows,
   ``date`` + 7 columns (``OT`` last).
 
-Protocol (``shared/docs/koopa.md`` section 4, the THUML ``data_loader.py`` convention), with
+Protocol (``docs/protocols.md``, Time-series data: the THUML ``data_loader.py`` convention), with
 look-back ``L`` (default ``2 * horizon``, as in Koopa) and horizon ``H``:
 
 * ETT: train rows ``[0, 8640)``, val ``[8640 - L, 11520)``, test ``[11520 - L, 14400)``

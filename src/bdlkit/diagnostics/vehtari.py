@@ -2,7 +2,7 @@
 
 Reference: A. Vehtari, A. Gelman, D. Simpson, B. Carpenter, P.-C. Bürkner (2021),
 "Rank-normalization, folding, and localization: an improved R̂ for assessing convergence of
-MCMC", Bayesian Analysis 16(2):667–718; ``algorithms.md`` C.7 and C.8. The numbers are those
+MCMC", Bayesian Analysis 16(2):667–718; ``docs/metrics.md`` (ESS, R-hat). The numbers are those
 of ArviZ (``arviz.rhat(method="rank")``, ``arviz.ess(method="bulk" | "tail" | "mean")``, read
 in ``arviz/stats/diagnostics.py``), to 1e-6 in ``tests/diagnostics``.
 

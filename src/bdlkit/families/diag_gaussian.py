@@ -1,4 +1,4 @@
-"""The diagonal (mean-field) Gaussian family shared by every VI method (``algorithms.md`` B.4).
+"""The diagonal (mean-field) Gaussian family shared by every VI method (``docs/vi.md``).
 
 q_λ = N(μ, diag σ²) with λ = (μ, ρ = log σ), one (μ, ρ) pair per parameter tensor of a
 network (a dict of tensors) or per coordinate of a Target (a tensor)::

@@ -1,4 +1,4 @@
-"""The full-covariance Gaussian family of GSM and BaM (``algorithms.md`` B.8.2, B.8.3).
+"""The full-covariance Gaussian family of GSM and BaM (``docs/vi.md``).
 
 q = N(μ, Σ) on a flat parameter vector θ ∈ R^d (a Target), stored as λ = (μ, L) with
 L the lower Cholesky factor of Σ = L Lᵀ, so sampling and the density cost O(d²) per draw

@@ -1,6 +1,6 @@
 """Antithetic evolution strategies and the outer Adam of L2E meta-training.
 
-``algorithms.md`` A.3.4-A.3.5. For meta-parameters φ (one flat vector), P antithetic pairs
+``docs/l2e.md`` (Meta-training). For meta-parameters φ (one flat vector), P antithetic pairs
 δ_p = σ·z_p, z_p ~ N(0, I), and a loss evaluated with common random numbers inside each
 pair (same task, initialisation, minibatches and noise for φ + δ_p and φ − δ_p)::
 

@@ -3,7 +3,7 @@
 Pure tensor functions on *lists of parameter leaves*, shared by the sampler
 (:mod:`bdlkit.algorithms.l2e`) and the meta-training (:mod:`bdlkit.l2e.meta_train`, which
 runs them under ``torch.func.vmap`` over a population of meta-parameters). Written here,
-from ``algorithms.md`` A.2.2 (the code form), because no library implements L2E in PyTorch.
+from ``docs/l2e.md`` (the code form), because no library implements L2E in PyTorch.
 
 Per step, with g the minibatch gradient of the per-datum loss (``_sgmcmc.loss_gradient``):
 
@@ -20,7 +20,7 @@ Per step, with g the minibatch gradient of the per-datum loss (``_sgmcmc.loss_gr
    ``θ ← θ + ε·β'``.
 
 With α = 0 and β(θ, r) = r (:class:`IdentityKinetic`), ``"paper"`` noise and
-grad_scale = N this is SGHMC with lr = ε²·N and friction ε·C (``algorithms.md`` A.4.1).
+grad_scale = N this is SGHMC with lr = ε²·N and friction ε·C (``docs/sgmcmc.md``).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ Leaves = list[Tensor]
 @dataclass(frozen=True)
 class Constants:
     """The fixed constants of the update (defaults: the released meta-training config,
-    ``algorithms.md`` A.2.3). ``grad_scale`` multiplies g in the momentum update (the code's
+    ``docs/l2e.md``, Constants). ``grad_scale`` multiplies g in the momentum update (the code's
     hard-coded N = 50 000) and ``eps`` is the step ε = sqrt(step_mult/50 000), step_mult 0.5;
-    A.6 keeps them separate. ``friction`` is C."""
+    ``docs/l2e.md`` (Implementation notes) keeps them separate. ``friction`` is C."""
 
     eps: float = math.sqrt(0.5 / 50_000)
     grad_scale: float = 50_000.0
@@ -89,8 +89,9 @@ class Constants:
 # --------------------------------------------------------------------------- the network
 def init_meta_params(generator: torch.Generator, hidden: int = HIDDEN,
                      dtype: torch.dtype = torch.float32) -> MetaParams:
-    """Haiku's default init (A.2.2 item 4): weights ~ N(0, s²) truncated at ±2s with
-    s = 1/sqrt(fan_in), no variance correction; biases 0. Layout (in, out), as Haiku."""
+    """Haiku's default init (``docs/l2e.md``, Code form): weights ~ N(0, s²) truncated at
+    ±2s with s = 1/sqrt(fan_in), no variance correction; biases 0. Layout (in, out), as
+    Haiku."""
     sizes = [NUM_FEATURES, hidden, hidden, 2]
     meta: MetaParams = {}
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):

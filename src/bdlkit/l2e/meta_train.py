@@ -1,17 +1,17 @@
 """Meta-training of L2E by evolution strategies: ``bdlkit meta-train l2e --out DIR``.
 
-``algorithms.md`` A.3. Each outer step draws one task (:mod:`.tasks`), evaluates the BMA
+``docs/l2e.md`` (Meta-training). Each outer step draws one task (:mod:`.tasks`), evaluates the BMA
 meta-loss of 2P unrolls of the L2E sampler (P antithetic pairs of meta-parameters,
 :mod:`.es`) and takes one clipped Adam step on the ES gradient.
 
 * **Unroll.** The 2P chains run together under ``torch.func.vmap`` over their
   meta-parameters: one batched gradient and two batched MLP passes per inner step. Both
   chains of a pair share the task, the network initialisation (Haiku's truncated normal,
-  A.3.2), the minibatches and the momentum noise (common random numbers); pairs differ in
-  initialisation and noise. r₀ = 0, moments 0; the inner loss is the per-datum loss of
-  bdlkit's convention, mean CE + ½·‖θ‖²/N (a N(0, I) prior; A.1 leaves the code's prior
-  unknown).
-* **Meta-loss** (A.3.3): ``−mean_batch log((1/K) Σ_k softmax(f_{θ_k}(x))_y)`` on one
+  Inner loop), the minibatches and the momentum noise (common random numbers); pairs differ
+  in initialisation and noise. r₀ = 0, moments 0; the inner loss is the per-datum loss of
+  bdlkit's convention, mean CE + ½·‖θ‖²/N (a N(0, I) prior; the code's prior is not known,
+  ``docs/sgmcmc.md``, the potential of L2E's released code).
+* **Meta-loss** (BMA meta-loss): ``−mean_batch log((1/K) Σ_k softmax(f_{θ_k}(x))_y)`` on one
   ``outer_valid`` batch, θ_k the K = ``num_samples`` states spread over the last
   ``sample_window`` inner steps (the code: the last 500 of 3 000, every 50).
 * **Outer loop.** Adam (lr 0.01, global-norm clip 1; ``reset_adam_each_step`` reproduces
@@ -137,9 +137,9 @@ def unflatten_meta(vec: Tensor, like: MetaParams) -> MetaParams:
 
 # --------------------------------------------------------------------------- the unroll
 def haiku_init(module: torch.nn.Module, generator: torch.Generator) -> dict[str, Tensor]:
-    """A fresh Haiku-style initialisation of ``module``'s parameters (A.3.2): weights
-    truncated normal (fan_in = every dimension but the first), biases 0, any other
-    parameter (e.g. a normalisation scale) as the module has it."""
+    """A fresh Haiku-style initialisation of ``module``'s parameters (``docs/l2e.md``,
+    Inner loop): weights truncated normal (fan_in = every dimension but the first), biases
+    0, any other parameter (e.g. a normalisation scale) as the module has it."""
     out = {}
     for name, p in module.named_parameters():
         if p.dim() >= 2:

@@ -1,6 +1,6 @@
 """The meta-training task distribution of ``bdlkit meta-train l2e`` (offline only).
 
-L2E meta-trains on many small classification problems (``algorithms.md`` A.3.1: CNNs of
+L2E meta-trains on many small classification problems (``docs/l2e.md``, Tasks: CNNs of
 width 4-16 and depth 1-5, plain or residual, on MNIST-like sets). bdlkit's CPU-sized
 version draws one task per outer step, uniformly over these families:
 

@@ -1,4 +1,4 @@
-"""Metrics of a BMA predictive (``algorithms.md`` Part C).
+"""Metrics of a BMA predictive (``docs/metrics.md``).
 
 Classification functions take probabilities ``(n, K)`` and integer labels ``(n,)``;
 regression functions take a :class:`~bdlkit.problems.likelihoods.GaussianPredictive` (or its

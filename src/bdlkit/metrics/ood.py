@@ -1,4 +1,4 @@
-"""Out-of-distribution detection from a BMA predictive (``algorithms.md`` C.5).
+"""Out-of-distribution detection from a BMA predictive (``docs/metrics.md``).
 
 OOD inputs are the positive class; the higher a score, the more OOD. Three scores:
 the predictive entropy H[p̄(·|x)], the negated max probability −max_k p̄_k, and the
