@@ -8,8 +8,9 @@ samples or approximation (:class:`Result`) → BMA predictive → ``bdlkit.metri
 from . import algorithms, collect, data, metrics, models, schedules
 from .config import RunConfig
 from .infer import infer
+from .loading import load
 from .problems import BayesianModel, IsotropicGaussian, Reference, Target
-from .result import Result, load
+from .result import Result
 from .runner import Interrupted, NonFiniteError, Runner
 
 __version__ = "0.1.0"

@@ -23,16 +23,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import inspect
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from . import algorithms, bench, data, models
-from .config import RunConfig, check_keys, load_yaml, method_hyperparameters, parse_value
+from .config import (
+    RunConfig,
+    check_keys,
+    load_yaml,
+    method_hyperparameters,
+    method_options,
+    parse_value,
+)
 from .l2e import command as l2e_command
 from .runner import Interrupted, NonFiniteError
 from .serialization import CorruptFileError
@@ -134,17 +141,27 @@ def _field_type(f: dataclasses.Field) -> Any:
 
 
 def _add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
-    """Add ``--<hyperparameter>`` options of ``method`` (from its ``build`` signature)."""
+    """Add ``--<hyperparameter>`` options of ``method``, with the help, default and allowed
+    values its algorithm class declares (:func:`bdlkit.algorithms.options.options`)."""
     group = fit.add_argument_group(f"options of method {method!r}")
-    for name, param in method_hyperparameters(method).items():
-        default = param.default
+    for option in method_options(method).values():
+        name, default = option.name, option.default
         flags = ["--" + name.replace("_", "-")] + (["--" + name] if "_" in name else [])
         group.add_argument(*flags, dest=HYPER_PREFIX + name,
                            type=lambda text, d=default, n=name: parse_value(text, d, n),
                            default=argparse.SUPPRESS, metavar=name.upper(),
-                           help=None if default is inspect._empty else
-                           "default: set by the method (see its docstring)" if default is None
-                           else f"default {default!r}")
+                           help=_option_help(option).replace("%", "%%"))
+
+
+def _option_help(option: Any) -> str:
+    """``"<help> (one of a, b; default x)"``: the class's ``Args:`` line and its field."""
+    notes = []
+    if option.choices:
+        notes.append("one of " + ", ".join(str(c) for c in option.choices))
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", option.help).replace("``", "").rstrip(".")
+    if not option.required and "default" not in text:  # else the help says it already
+        notes.append(f"default {option.default!r}")
+    return f"{text} ({'; '.join(notes)})" if notes else text
 
 
 def _prescan_method(argv: list[str]) -> str | None:

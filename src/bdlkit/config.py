@@ -3,9 +3,10 @@
 :class:`RunConfig` holds what a ``bdlkit fit`` run needs; its fields (with their
 ``help`` metadata) generate the command-line options, so the CLI, ``--config`` files
 and ``config.yaml`` in a run directory cannot drift apart. A method's own
-hyperparameters (``lr``, ...) are the keyword arguments of its ``build`` function:
-:func:`method_hyperparameters` reads them from the signature, which is the one place
-their names, defaults and types are declared. Unknown keys anywhere raise an error
+hyperparameters (``lr``, ...) are the fields of its algorithm dataclass, the one place
+their names, defaults, types and help are declared; ``build``'s signature is derived
+from them (:mod:`bdlkit.algorithms.options`), and :func:`method_hyperparameters` and
+:func:`method_options` read them. Unknown keys anywhere raise an error
 naming the key and the closest valid one.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .algorithms import get_method
+from .algorithms.options import Option, options
 from .serialization import atomic_write_bytes
 
 DEFAULT_STEPS = 1000  # run length when neither steps nor epochs is given
@@ -122,6 +124,12 @@ def method_hyperparameters(method: str) -> dict[str, inspect.Parameter]:
     """The keyword arguments of ``build(problem, ...)`` for ``method``: its hyperparameters."""
     params = list(inspect.signature(get_method(method).build).parameters.values())[1:]
     return {p.name: p for p in params}
+
+
+def method_options(method: str) -> dict[str, Option]:
+    """The options of ``method`` as its algorithm class declares them: default, one-line
+    help (the class's ``Args:``) and allowed values (a ``Literal`` type)."""
+    return {o.name: o for o in options(get_method(method).ALGORITHM)}
 
 
 def parse_value(text: str, default: Any, name: str = "value") -> Any:

@@ -37,7 +37,7 @@ from .algorithms import get_method
 from .config import check_keys, method_hyperparameters
 from .problems import BayesianModel, Target
 from .result import Result
-from .runner import NonFiniteError, Runner, default_store, store_options
+from .runner import NonFiniteError, Runner
 from .types import Algorithm, Problem
 
 __all__ = ["NonFiniteError", "infer"]
@@ -91,7 +91,6 @@ def infer(
     """
     module = get_method(method)
     check_keys(hyper, method_hyperparameters(method), f"the hyperparameters of method {method!r}")
-    problem.validate_data(data)
     is_target = isinstance(problem, Target)
     algorithm: Algorithm = module.build(problem, **hyper)
     if chains is not None and not is_target:
@@ -110,11 +109,10 @@ def infer(
             raise ValueError(f"init has shape {tuple(init.shape)} but chains={chains}")
         chains = init_chains
     elif is_target and chains is None:
-        chains = 4 if algorithm.kind == "sampler" else None
-    if max_samples is not None and max_samples < 1:
-        raise ValueError(f"max_samples must be >= 1, got {max_samples}")
-    runner = Runner(
-        algorithm, data, seed=seed, batch_size=batch_size, init=init, chains=chains,
+        chains = 4 if algorithm.collects_draws else None
+    runner = Runner(  # validates the data, binds the run length, builds the store
+        algorithm, data, steps=steps, epochs=epochs, seed=seed, batch_size=batch_size,
+        burnin=burnin, thin=thin, max_samples=max_samples, init=init, chains=chains,
         log_every=log_every, progress=progress, warm_start=True if start_at else None,
     )
     rows = runner.batches.num_rows
@@ -124,17 +122,13 @@ def infer(
             "the likelihood is scaled to num_data",
             stacklevel=2,
         )
-    total = runner.num_steps(steps, epochs)
-    if algorithm.kind == "sampler":
-        runner.store = default_store(total, is_target, None, burnin, thin, max_samples,
-                                     **store_options(algorithm))
     config = {
         "hyper": {k: v for k, v in hyper.items() if _is_json(v)},
         "hyper_serializable": all(_is_json(v) for v in hyper.values()),
         "start": "laplace" if start_at else "init",
         **({"laplace": start_at.message} if start_at else {}),
     }
-    result = runner.fit(total, config=config)
+    result = runner.fit(config=config)
     if start_at is None:
         return result
     return _on_theta(result, module.build(problem, **run_hyper), start_at)

@@ -24,28 +24,36 @@ import torch
 from torch import Tensor
 
 from . import rng
-from .algorithms import get_method
 from .collect import SampleStore
+from .draws import ApproximationDraws, Draws, KeptDraws, NoDraws
 from .families import diag_gaussian
-from .families.diag_gaussian import DiagGaussianParams
+from .families.diag_gaussian import DiagGaussian
 from .predictive import ClassificationBMA, RegressionBMA, bma
 from .problems import BayesianModel, GaussianPredictive
 from .serialization import (
-    load_json,
-    load_tensors,
     save_json,
     save_tensors,
-    state_from_tensors,
     state_to_tensors,
 )
-from .tree import TensorTree, index, tree_map
+from .tree import TensorTree
 from .types import Algorithm, Problem
 
 FORMAT_VERSION = 1
+DRAWS_SALT = 0xD7A5  # VI draws: a stream of the run's seed of their own
 
 
 class Result:
-    """Samples, final state and history of one inference run."""
+    """Samples, final state and history of one inference run.
+
+    Args:
+        problem, algorithm, state: what ran and where it ended (``None`` for a result
+            loaded without its problem: then only kept samples and history are there).
+        samples: a sampler's kept draws: a sample store or stacked tensors.
+        history: the logged ``info`` of the run, one dict per logged step.
+        config: the run's settings (method, seed, steps, hyperparameters, ...).
+        kind: what the method returns (``bdlkit.types.KINDS``); taken from ``algorithm``
+            when there is one.
+    """
 
     def __init__(
         self,
@@ -55,6 +63,7 @@ class Result:
         samples: TensorTree | SampleStore | None,
         history: list[dict[str, float]],
         config: dict[str, Any],
+        kind: str | None = None,
     ) -> None:
         self.problem = problem
         self.algorithm = algorithm
@@ -63,6 +72,8 @@ class Result:
         self._samples = None if self.store is not None else samples
         self.history = history
         self.config = config
+        self.kind = algorithm.kind if algorithm is not None else kind
+        self.source = "this session"  # or what bdlkit.load opened
 
     @property
     def samples(self) -> TensorTree | None:
@@ -76,24 +87,24 @@ class Result:
         return self.config["method"]
 
     @property
-    def kind(self) -> str:
-        return self.config["kind"]
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+    @property
+    def draws(self) -> Draws:
+        """Where the draws come from: the algorithm says (:mod:`bdlkit.draws`)."""
+        kept = self.store if self.store is not None else self._samples
+        if self.algorithm is not None and self.state is not None:
+            return self.algorithm.draws(self.state, kept)
+        if kept is not None:
+            return KeptDraws(kept)
+        return NoDraws("this result was loaded without its problem and holds no kept "
+                       "samples; pass problem= to load")
 
     @property
     def num_kept(self) -> int:
         """Number of kept sampler draws (counting each chain), or an ensemble's members."""
-        if self.kind == "ensemble":
-            return 0 if self.state is None else _leading(self._members())
-        if self.store is not None:
-            if self.store.structure == "tensor":  # Target draws: (chains, d) each
-                shape = next(iter(self.store.shapes.values()))
-                return len(self.store) * (shape[0] if len(shape) == 2 else 1)
-            return len(self.store)
-        if self.samples is None:
-            return 0
-        if isinstance(self.samples, dict):
-            return next(iter(self.samples.values())).shape[0]
-        return self.samples.shape[0] * (self.samples.shape[1] if self.samples.ndim == 3 else 1)
+        return self.draws.count
 
     def __repr__(self) -> str:
         return (
@@ -111,76 +122,39 @@ class Result:
     def sigma_summary(self) -> list[dict[str, float | str | int]] | None:
         """Per-tensor 10/50/90 % quantiles of a diagonal-Gaussian VI result's σ, then a row
         over all coordinates (:func:`bdlkit.families.diag_gaussian.sigma_summary`): how far
-        the approximation is from a point estimate, layer by layer. ``None`` for other kinds
-        of result and for non-diagonal approximations (full-covariance GSM/BaM)."""
-        lam = getattr(self.state, "lam", None) if self.kind == "vi" else None
-        return diag_gaussian.sigma_summary(lam) if isinstance(lam, DiagGaussianParams) else None
+        the approximation is from a point estimate, layer by layer. ``None`` for results
+        without an approximation and for non-diagonal ones (full-covariance GSM/BaM)."""
+        draws = self.draws
+        q = draws.approximation if isinstance(draws, ApproximationDraws) else None
+        return diag_gaussian.sigma_summary(q.params) if isinstance(q, DiagGaussian) else None
+
+    def _generator(self, generator: torch.Generator | int | None) -> torch.Generator:
+        """``generator``, or one seeded from it, or from the run's seed (VI draws)."""
+        if isinstance(generator, torch.Generator):
+            return generator
+        if generator is not None:
+            return rng.generator(generator)
+        return rng.generator(rng.fold_in(self.seed, DRAWS_SALT))
 
     # ------------------------------------------------------------------ draws
     def sample(self, n: int, generator: torch.Generator | int | None = None) -> TensorTree:
-        """``n`` draws: a ``(n, d)`` tensor for a Target, a dict of ``(n, ...)`` for a model."""
+        """``n`` draws: a ``(n, d)`` tensor for a Target, a dict of ``(n, ...)`` for a model.
+
+        The last ``n`` kept draws of a sampler, the first ``n`` members of an ensemble,
+        ``n`` fresh draws of a VI approximation (from ``generator``: default the run's
+        seed), or an optimiser's point repeated."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if self.kind == "sampler":
-            return self._last_kept(n)
-        if self.kind == "ensemble":
-            members = self._members()
-            if n > _leading(members):
-                raise ValueError(f"asked for {n} samples but the ensemble has "
-                                 f"M={_leading(members)} members; train more (members=)")
-            return index(members, slice(0, n))
-        if self.kind == "vi":
-            if not isinstance(generator, torch.Generator):
-                generator = rng.generator(generator or 0)
-            return self.algorithm.approximation(self.state).sample(n, generator)
-        point = self.params
-        if isinstance(point, Tensor) and point.ndim == 2:  # a Target optimised in chains
-            return point.repeat((n + len(point) - 1) // len(point), 1)[:n]
-        return tree_map(lambda t: t.unsqueeze(0).expand(n, *t.shape), point)
-
-    def _members(self) -> TensorTree:
-        if self.algorithm is None or self.state is None:
-            raise ValueError("this result was loaded without its problem; pass problem= to load")
-        return self.algorithm.members(self.state)
-
-    def _last_kept(self, n: int) -> TensorTree:
-        if self.samples is None:
-            raise ValueError("no samples were kept: increase steps or lower burnin/thin")
-        have = self.num_kept
-        if n > have:
-            raise ValueError(
-                f"asked for {n} samples but only {have} were kept; run more steps, lower "
-                "thin or burnin, or use more chains"
-            )
-        if isinstance(self.samples, Tensor):  # Target: (K, [c,] d) -> (K*c, d), draw-major
-            return self.samples.reshape(-1, self.samples.shape[-1])[-n:]
-        return index(self.samples, slice(-n, None))
+        return self.draws.take(n, self._generator(generator))
 
     # ------------------------------------------------------------------ prediction
-    def iter_draws(self, num_samples: int = 32, chunk: int = 16) -> Iterator[TensorTree]:
+    def iter_draws(self, num_samples: int = 32, chunk: int = 16,
+                   generator: torch.Generator | int | None = None) -> Iterator[TensorTree]:
         """Single parameter draws to average over, streamed: a sampler's kept draws (a disk
         store shard by shard), ``num_samples`` draws of a VI approximation (``chunk`` at a
-        time, seeded), every member of an ensemble, or an optimiser's point."""
-        if self.kind == "sampler":
-            if self.store is not None:
-                chunks = self.store.iter_chunks()
-            elif self.samples is not None:
-                chunks = iter([self._last_kept(self.num_kept)])
-            else:
-                chunks = iter(())
-            for draws in chunks:
-                yield from (index(draws, s) for s in range(_leading(draws)))
-        elif self.kind == "vi":
-            q = self.algorithm.approximation(self.state)
-            gen = rng.generator(0)
-            for start in range(0, num_samples, chunk):
-                draws = q.sample(min(chunk, num_samples - start), gen)
-                yield from (index(draws, s) for s in range(_leading(draws)))
-        elif self.kind == "ensemble":
-            members = self._members()
-            yield from (index(members, s) for s in range(_leading(members)))
-        else:
-            yield self.params
+        time, seeded by the run's seed unless ``generator`` is given), every member of an
+        ensemble, or an optimiser's point."""
+        return self.draws.stream(num_samples, self._generator(generator), chunk)
 
     @torch.no_grad()
     def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
@@ -194,8 +168,6 @@ class Result:
             raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if self.kind == "sampler" and self.num_kept == 0:
-            raise ValueError("no samples were kept: increase steps or lower burnin/thin")
         return bma(self.problem, self.iter_draws(num_samples), x, y, chunk_size)
 
     def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
@@ -233,40 +205,3 @@ class Result:
             {"format": FORMAT_VERSION, "config": self.config, "history": self.history},
         )
         return path
-
-
-def load(path: str | os.PathLike, problem: Problem | None = None) -> Result:
-    """Read a :meth:`Result.save` folder without unpickling anything.
-
-    Without ``problem`` the result holds samples and history only; pass the same
-    problem (e.g. the same ``BayesianModel``) to restore the algorithm state and use
-    ``predict``.
-    """
-    path = Path(path)
-    meta = load_json(path / "result.json")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION or "config" not in meta:
-        raise ValueError(f"{path / 'result.json'} is not a bdlkit result (format {FORMAT_VERSION})")
-    config = meta["config"]
-    samples = None
-    if (path / "samples.safetensors").exists():
-        tensors = load_tensors(path / "samples.safetensors")
-        samples = tensors["_"] if set(tensors) == {"_"} else tensors
-    algorithm = state = None
-    if problem is not None:
-        if not config.get("hyper_serializable", True):
-            raise ValueError(
-                f"{path} was run with non-serialisable hyperparameters ({config['hyper']}); "
-                "rebuild the algorithm yourself and load state.safetensors with "
-                "bdlkit.serialization.state_from_tensors"
-            )
-        algorithm = get_method(config["method"]).build(problem, **config["hyper"])
-        gen = rng.generator(0)
-        chains = config.get("chains")
-        init = problem.init_params(gen, chains) if chains else problem.init_params(gen)
-        template = algorithm.init(init, generator=gen)
-        state = state_from_tensors(template, load_tensors(path / "state.safetensors"))
-    return Result(problem, algorithm, state, samples, meta.get("history", []), config)
-
-
-def _leading(draws: TensorTree) -> int:
-    return next(iter(draws.values())).shape[0] if isinstance(draws, dict) else draws.shape[0]

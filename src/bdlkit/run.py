@@ -37,10 +37,11 @@ from .problems import BayesianModel
 from .problems.likelihoods import Gaussian, cat_predictives
 from .result import Result
 from .runlog import read_log
-from .runner import Runner, default_store, for_run, store_options
+from .runner import Runner
 from .serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
 
 TASKS = ("classification", "regression")
+CHECKPOINTS_PER_RUN = 10  # the default cadence of a run directory
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -103,40 +104,32 @@ def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
 
 def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False):
     """Data, problem, algorithm and Runner of ``cfg``, built the same way for a fresh run,
-    a resume and ``evaluate``. Nothing is written; call :func:`attach_store` next."""
+    a resume and ``evaluate``: the runner binds the run length, builds a sampler's store
+    under ``run_dir/samples`` (written on its first draw) and checkpoints every 10 % of the
+    run unless ``checkpoint_every`` says otherwise. Nothing is written here."""
     ds = load_dataset(cfg)
     problem = build_problem(cfg, ds)
     algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
     runner = Runner(
-        algorithm, ds, seed=cfg.seed, batch_size=cfg.batch_size, run_dir=run_dir,
-        log_every=cfg.log_every,
+        algorithm, ds, steps=cfg.steps, epochs=cfg.epochs, seed=cfg.seed,
+        batch_size=cfg.batch_size, burnin=cfg.burnin, thin=cfg.thin,
+        max_samples=cfg.max_samples, run_dir=run_dir, log_every=cfg.log_every,
         eval_fn=point_eval_fn(problem, ds) if cfg.eval_every else None,
         eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
-        checkpoint_seconds=60.0 * cfg.checkpoint_minutes, progress=progress,
+        checkpoint_seconds=60.0 * cfg.checkpoint_minutes,
+        checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress,
     )
-    total = runner.num_steps(cfg.steps, cfg.epochs)
-    runner.algorithm = for_run(runner.algorithm, total)  # e.g. cyclical cycle_steps
-    if runner.checkpoint_every is None:
-        runner.checkpoint_every = max(1, total // 10)
-    return runner, problem, ds, total
-
-
-def attach_store(runner: Runner, cfg: RunConfig, total: int) -> None:
-    """Give a sampler run its disk-backed sample store under ``run_dir/samples``."""
-    if runner.algorithm.kind == "sampler":
-        runner.store = default_store(
-            total, False, runner.run_dir, cfg.burnin, cfg.thin, cfg.max_samples,
-            **store_options(runner.algorithm),
-        )
+    return runner, problem, ds, runner.total
 
 
 def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
     """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
     values = cfg.to_dict()
     values["hyper"] = resolved_hyper(cfg.method, cfg.hyper)
+    bound = runner.algorithm.hyperparameters()
     for name, value in values["hyper"].items():  # defaults fixed by the run length
-        if value is None and isinstance(getattr(runner.algorithm, name, None), (int, float)):
-            values["hyper"][name] = getattr(runner.algorithm, name)
+        if value is None and isinstance(bound.get(name), (int, float)):
+            values["hyper"][name] = bound[name]
     values["checkpoint_every"] = runner.checkpoint_every
     values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)
     if runner.store is not None:
@@ -204,10 +197,9 @@ def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
         prepare_out(out, overwrite=False)  # refuse before loading any data
     runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
     run_dir = prepare_out(out, overwrite)
-    attach_store(runner, cfg, total)
     cfg = resolved(cfg, runner)
     save_yaml(run_dir / "config.yaml", cfg.to_dict())
-    result = runner.fit(total, config={"hyper": cfg.hyper})
+    result = runner.fit(config={"hyper": cfg.hyper})
     return _finish(result, cfg, ds, run_dir)
 
 
@@ -216,8 +208,7 @@ def resume(run_dir: str | os.PathLike, *, progress: bool = False) -> RunOutput:
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     runner, problem, ds, total = build_runner(cfg, run_dir, progress)
-    attach_store(runner, cfg, total)
-    result = runner.fit(total, resume=True, config={"hyper": cfg.hyper})
+    result = runner.fit(resume=True, config={"hyper": cfg.hyper})
     return _finish(result, cfg, ds, run_dir)
 
 
@@ -249,10 +240,10 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
             f"`bdlkit fit --resume {run_dir}`"
         )
     state = state_from_tensors(runner.initial_state(), ckpt.state)
-    store = DiskStore.open(run_dir / "samples") if runner.algorithm.kind == "sampler" else None
+    store = DiskStore.open(run_dir / "samples") if runner.algorithm.collects_draws else None
     history = read_log(run_dir / "log.jsonl")
-    config = {"method": cfg.method, "kind": runner.algorithm.kind, "steps": total,
-              "hyper": cfg.hyper, "wall_time_s": ckpt.meta.get("elapsed_s")}
+    config = {"method": cfg.method, "kind": runner.algorithm.kind, "seed": cfg.seed,
+              "steps": total, "hyper": cfg.hyper, "wall_time_s": ckpt.meta.get("elapsed_s")}
     return Result(problem, runner.algorithm, state, store, history, config), cfg, ds
 
 

@@ -59,6 +59,8 @@ from .tree import TensorTree, all_finite
 from .types import Algorithm
 
 DATA_SEED_SALT = 0xDA7A
+CHECKPOINT_FORMAT = 2  # 2: the hyperparameter record of bdlkit.types.AlgorithmBase
+FORMAT_SINCE = "0.2.0"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -77,13 +79,22 @@ class Interrupted(KeyboardInterrupt):
 class Runner:
     """Run ``algorithm`` for a number of steps or epochs (see the module docstring).
 
+    The runner is built whole: with ``steps`` or ``epochs`` it binds the run length to
+    the algorithm (``algorithm.for_run``), builds the sampler's store and fixes the
+    checkpoint cadence here, once; nothing outside assigns its attributes. (Without a
+    length, ``fit(steps=...)`` binds it on the first call.)
+
     Args:
         algorithm: any object following :class:`~bdlkit.types.Algorithm`.
-        data: training data for a model (Dataset, ``(x, y)`` or DataLoader); None for a Target.
+        data: training data for a model (Dataset, ``(x, y)`` or DataLoader); None for a
+            Target. Validated once, here (``problem.validate_data``).
+        steps, epochs: the run length (at most one).
         seed: seeds initialisation (through ``algorithm.init``) and data order.
         batch_size: minibatch size for tensor data.
-        store: where sampler draws go (default: :func:`default_store`); ignored by
-            optimisers and VI.
+        store: where sampler draws go (default: :func:`default_store` with ``burnin``,
+            ``thin`` and ``max_samples``, under ``run_dir/samples`` with a run_dir);
+            ignored by optimisers and VI.
+        burnin, thin, max_samples: the default store's settings (None: its defaults).
         run_dir: folder for ``log.jsonl``, ``checkpoints/`` (and ``samples/`` for the
             default store); None keeps everything in memory.
         init, chains: starting parameters (default ``problem.init_params``) and the number
@@ -92,6 +103,8 @@ class Runner:
         eval_fn, eval_every: ``eval_fn(params) -> {name: value}`` on held-out data every
             ``eval_every`` steps, logged as ``eval/<name>``.
         checkpoint_every, checkpoint_seconds: checkpoint cadence in steps and/or seconds.
+        checkpoints_per_run: without ``checkpoint_every``, checkpoint this many times per
+            run (``bdlkit fit`` uses 10); None: only at the end and by time.
         progress: show a tqdm bar with ETA, the log density and the latest evaluation.
         warm_start: q₀ of a VI run is a Gaussian approximation, not a point with σ =
             ``init_std`` (default: whether ``init`` is a Gaussian λ); it skips the σ check
@@ -103,9 +116,14 @@ class Runner:
         algorithm: Algorithm,
         data: Any = None,
         *,
+        steps: int | None = None,
+        epochs: int | None = None,
         seed: int = 0,
         batch_size: int = 128,
         store: SampleStore | None = None,
+        burnin: int | None = None,
+        thin: int | None = None,
+        max_samples: int | None = None,
         run_dir: str | os.PathLike | None = None,
         init: TensorTree | None = None,
         chains: int | None = None,
@@ -114,6 +132,7 @@ class Runner:
         eval_every: int | None = None,
         checkpoint_every: int | None = None,
         checkpoint_seconds: float | None = None,
+        checkpoints_per_run: int | None = None,
         progress: bool = False,
         warm_start: bool | None = None,
     ) -> None:
@@ -133,7 +152,7 @@ class Runner:
         self.data = data
         self.seed = int(seed)
         self.batches = Batches(self.problem, data, batch_size, rng.fold_in(seed, DATA_SEED_SALT))
-        if getattr(algorithm, "full_batch", False):  # HMC, NUTS: exact gradients
+        if algorithm.full_batch:  # HMC, NUTS: exact gradients
             batch_size = self._full_batch(batch_size)
         self.batch_size = batch_size
         self.store = store
@@ -145,6 +164,29 @@ class Runner:
         self.warm_start = (isinstance(init, (DiagGaussianParams, FullGaussianParams))
                            if warm_start is None else warm_start)
         self.last_checkpoint: Path | None = None
+        if max_samples is not None and max_samples < 1:
+            raise ValueError(f"max_samples must be >= 1, got {max_samples}")
+        self._store_settings = {"burnin": burnin, "thin": thin, "max_samples": max_samples}
+        self._checkpoints_per_run = checkpoints_per_run
+        self.total: int | None = None
+        if steps is not None or epochs is not None:
+            self._bind(self.num_steps(steps, epochs))
+
+    def _bind(self, total: int) -> None:
+        """Fix the run length: bind it to the algorithm, build the default store, set the
+        checkpoint cadence. Called once (a second, different length is refused)."""
+        if self.total is not None:
+            if total != self.total:
+                raise ValueError(f"this runner was built for {self.total} steps; fit() asked "
+                                 f"for {total}: build a new Runner for another run length")
+            return
+        self.total = total
+        self.algorithm = self.algorithm.for_run(total)  # e.g. cyclical cycle_steps
+        if self.algorithm.collects_draws and self.store is None:
+            self.store = default_store(total, isinstance(self.problem, Target), self.run_dir,
+                                       **self._store_settings, **store_options(self.algorithm))
+        if self.checkpoint_every is None and self._checkpoints_per_run:
+            self.checkpoint_every = max(1, total // self._checkpoints_per_run)
 
     def _full_batch(self, batch_size: int) -> int:
         rows = self.batches.num_rows
@@ -191,14 +233,12 @@ class Runner:
         resume: bool = False,
         config: dict[str, Any] | None = None,
     ) -> Result:
-        """Run to ``steps`` (or ``epochs``) in total; ``resume=True`` continues from ``run_dir``."""
-        total = self.num_steps(steps, epochs)
-        self.algorithm = for_run(self.algorithm, total)
-        sampler = self.algorithm.kind == "sampler"
-        if sampler and self.store is None:
-            self.store = default_store(total, isinstance(self.problem, Target), self.run_dir,
-                                       **store_options(self.algorithm))
-        keep = getattr(self.algorithm, "keep", None)
+        """Run to the runner's length (or ``steps``/``epochs`` given here, when it was built
+        without one) in total; ``resume=True`` continues from ``run_dir``."""
+        if steps is not None or epochs is not None or self.total is None:
+            self._bind(self.num_steps(steps, epochs))
+        total = self.total
+        sampler = self.algorithm.collects_draws
         vi = self.algorithm.kind == "vi"
         watch = vi_checks.snapshot_step(total) if vi and isinstance(self.problem, Target) else None
         snapshot = None
@@ -218,7 +258,7 @@ class Runner:
                 self._check_finite(info.get("log_prob"), t + 1)
                 state, t = new_state, t + 1
                 snapshot = state if t == watch else snapshot
-                if sampler and (keep is None or keep(t)):
+                if sampler and self.algorithm.keep(t):
                     self.store.offer(t, self.algorithm.params(state))
                 entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
                 if entry is not None:
@@ -244,8 +284,8 @@ class Runner:
         run_config = {
             "method": method, "kind": self.algorithm.kind, "seed": self.seed, "steps": total,
             "batch_size": self.batch_size, "chains": self.chains,
-            "burnin": getattr(self.store, "burnin", None), "thin": getattr(self.store, "thin", None),
-            "max_samples": getattr(self.store, "max_samples", None),
+            **{k: (getattr(self.store, k) if sampler else None)
+               for k in ("burnin", "thin", "max_samples")},
             "wall_time_s": elapsed + time.perf_counter() - clock, "problem": repr(self.problem),
             **(config or {}),
         }
@@ -257,16 +297,15 @@ class Runner:
 
     def fingerprint(self) -> dict[str, str]:
         """What must not change between a run and its resume, as text for the checkpoint:
-        the algorithm's hyperparameters and the version of its update rule (a class's
-        ``VERSION``, 1 if absent), the problem, the batch size and the chains."""
+        the algorithm's name, kind and shown fields (its options and fixed constants; the
+        derived members are ``repr=False``), the version of its update rule
+        (``VERSION``), the problem, the batch size and the chains."""
         algorithm = self.algorithm
-        if dataclasses.is_dataclass(algorithm):
-            hyper = {f.name: repr(getattr(algorithm, f.name))
-                     for f in dataclasses.fields(algorithm) if f.name != "problem"}
-        else:
-            hyper = {"algorithm": type(algorithm).__name__}
+        hyper = {f.name: repr(getattr(algorithm, f.name))
+                 for f in dataclasses.fields(algorithm) if f.name != "problem" and f.repr}
+        hyper.update(name=repr(algorithm.name), kind=repr(algorithm.kind))
         return {"hyperparameters": json.dumps(hyper, sort_keys=True),
-                "algorithm_version": str(getattr(algorithm, "VERSION", 1)),
+                "algorithm_version": str(algorithm.VERSION),
                 "problem": repr(self.problem),
                 "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
                         f"chains={self.chains}"}
@@ -300,6 +339,15 @@ class Runner:
                     f"checkpoint {path} was written by version {saved} of {self.algorithm.name}"
                     f", whose update rule differs from this bdlkit's (version {value}); finish "
                     "the run with the bdlkit release that started it, or start it again"
+                )
+            if (key == "hyperparameters" and saved != value
+                    and meta.get("checkpoint_format", 1) != CHECKPOINT_FORMAT):
+                raise ValueError(
+                    f"checkpoint {path} has checkpoint format {meta.get('checkpoint_format', 1)}"
+                    f" (written before bdlkit {FORMAT_SINCE}); this version writes format "
+                    f"{CHECKPOINT_FORMAT} and records {key} differently, so it cannot check that "
+                    "the run is the same: finish the run with the bdlkit release that started "
+                    "it, or start it again"
                 )
             if saved != value:
                 raise ValueError(
@@ -353,7 +401,7 @@ class Runner:
             self.store.state_dict() if self.store is not None else ({}, {})
         )
         meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
-                "elapsed_s": elapsed, "store": store_meta, **self.fingerprint()}
+                "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed, "store": store_meta, **self.fingerprint()}
         ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
                           data=self.batches.state_dict(t), rng=global_rng_state())
         self.last_checkpoint = save_checkpoint(self.run_dir / "checkpoints", ckpt)
@@ -363,16 +411,8 @@ class Runner:
 
 def store_options(algorithm: Algorithm) -> dict[str, Any]:
     """What an algorithm tells :func:`default_store`: whether it chooses its own draws
-    (``keep``) and how long it adapts itself (``warmup_steps``)."""
-    return {"gated": hasattr(algorithm, "keep"),
-            "warmup": int(getattr(algorithm, "warmup_steps", 0))}
-
-
-def for_run(algorithm: Algorithm, total: int) -> Algorithm:
-    """``algorithm.for_run(total)`` for algorithms whose schedule depends on the run length
-    (cyclical SG-MCMC with ``cycle_steps=None``), else ``algorithm`` itself."""
-    bind = getattr(algorithm, "for_run", None)
-    return bind(total) if bind is not None else algorithm
+    (``chooses_draws``, with ``keep``) and how long it adapts itself (``warmup_steps``)."""
+    return {"gated": algorithm.chooses_draws, "warmup": int(algorithm.warmup_steps)}
 
 
 def default_store(

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from .errors import NotConvergedWarning, PointEstimateWarning
-from .families.diag_gaussian import DiagGaussianParams, sigma_summary
+from .families.diag_gaussian import DiagGaussian, sigma_summary
 from .problems import Target
 from .tree import tree_leaves
 from .types import Algorithm
@@ -55,8 +55,10 @@ def snapshot_step(total: int) -> int | None:
 def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
     """Why σ looks unmoved, with the fix; ``None`` when it moved, or when the method has no
     ``init_std`` or its q is not a diagonal Gaussian (``state.lam``)."""
-    init_std, lam = getattr(algorithm, "init_std", None), getattr(state, "lam", None)
-    if not isinstance(init_std, (int, float)) or not isinstance(lam, DiagGaussianParams):
+    init_std = algorithm.hyperparameters().get("init_std")
+    q = algorithm.draws(state, None).approximation if algorithm.kind == "vi" else None
+    lam = q.params if isinstance(q, DiagGaussian) else None
+    if not isinstance(init_std, (int, float)) or lam is None:
         return None
     overall = sigma_summary(lam)[-1]  # the row over every coordinate
     median = float(overall["median"])
@@ -68,7 +70,7 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
         fixes.append(f"a larger {knob} (now {_describe(value)}) or init_std")
     else:
         fixes.append("a larger init_std")
-    if algorithm.name == "score_vi" and getattr(algorithm, "solver", None) != "closed_form" \
+    if algorithm.name == "score_vi" and algorithm.hyperparameters()["solver"] != "closed_form" \
             and isinstance(algorithm.problem, Target):  # on networks it is experimental
         fixes.append("for score_vi solver='closed_form' (σ then moves by a fixed fraction "
                      "per step whatever its scale)")
@@ -84,8 +86,8 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
 def step_size(algorithm: Algorithm) -> tuple[str, Any]:
     """The name and value of the method's step size: ``step_size_param`` when the method
     declares one (e.g. a damping), else ``lr``; value ``None`` for methods without one."""
-    knob = getattr(algorithm, "step_size_param", "lr")
-    return knob, getattr(algorithm, knob, None)
+    knob = algorithm.step_size_param
+    return knob, algorithm.hyperparameters().get(knob)
 
 
 def _describe(value: Any) -> str:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import bdlkit
-from bdlkit import algorithms, evaluation, result
+from bdlkit import algorithms, evaluation
 from bdlkit.algorithms import ensemble
 from bdlkit.algorithms import map as map_
 from bdlkit.batches import Batches
@@ -64,7 +64,7 @@ def test_each_member_follows_its_own_map_run(optimizer, lr):
 def test_members_start_from_different_initialisations():
     model = classifier()
     alg = ensemble.build(model, members=4)
-    members = alg.members(alg.init(generator=torch.Generator().manual_seed(0)))
+    members = alg.member_stack(alg.init(generator=torch.Generator().manual_seed(0)))
     first = model.init_params()
     assert all(torch.equal(members[k][0], v) for k, v in first.items())
     for i in range(4):
@@ -107,7 +107,7 @@ def test_members_find_both_modes_of_a_mixture():
     state = alg.init(generator=torch.Generator().manual_seed(0))
     for _ in range(300):
         state, info = alg.step(state, None)
-    ends = alg.members(state)[:, 0]
+    ends = alg.member_stack(state)[:, 0]
     assert torch.allclose(ends.abs(), torch.full_like(ends, 4.0), atol=1e-3)
     assert (ends > 0).any() and (ends < 0).any()
 
@@ -126,7 +126,7 @@ def fitted():
 
 def test_runner_result_is_the_bma_over_members(fitted):
     res, ds, model = fitted
-    members = res.algorithm.members(res.state)
+    members = res.algorithm.member_stack(res.state)
     assert res.kind == "ensemble" and res.num_kept == 3
     manual = torch.stack([model.predictive(index(members, m), ds.x_test) for m in range(3)])
     assert torch.allclose(res.predict(ds.x_test), manual.mean(0), atol=1e-6)
@@ -144,15 +144,15 @@ def test_runner_result_is_the_bma_over_members(fitted):
 
 
 def test_save_and_load_restore_the_members(fitted, tmp_path):
-    assert algorithms.METHODS["ensemble"] is ensemble  # result.load builds it by name
+    assert algorithms.METHODS["ensemble"] is ensemble  # bdlkit.load builds it by name
     res, ds, _ = fitted
     res.save(tmp_path)
-    back = result.load(tmp_path, problem=classifier())
-    members = res.algorithm.members(res.state)
+    back = bdlkit.load(tmp_path, problem=classifier())
+    members = res.algorithm.member_stack(res.state)
     assert back.num_kept == 3 and back.state.step == 40
-    assert all(torch.equal(back.algorithm.members(back.state)[k], v) for k, v in members.items())
+    assert all(torch.equal(back.algorithm.member_stack(back.state)[k], v) for k, v in members.items())
     assert torch.equal(back.predict(ds.x_test), res.predict(ds.x_test))
-    alone = result.load(tmp_path)  # without the problem there are no members
+    alone = bdlkit.load(tmp_path)  # without the problem there are no members
     assert alone.num_kept == 0
     with pytest.raises(ValueError, match="pass problem="):
         alone.sample(1)
@@ -177,5 +177,5 @@ def test_module_oracle_gives_the_same_members():
         state = alg.init(generator=torch.Generator().manual_seed(4))
         for t in range(5):
             state, _ = alg.step(state, batches(t))
-        ends.append(alg.members(state))
+        ends.append(alg.member_stack(state))
     assert all(torch.allclose(ends[0][k], ends[1][k], rtol=0, atol=1e-12) for k in ends[0])

@@ -136,7 +136,7 @@ def test_centred_curvature_is_unbiased_and_blind_to_the_distance_from_the_mode(a
     stats = {}
     for far in (0.0, 50.0):
         anchor = family.init(m + far, 0.1)
-        draws = score_vi.ScoreVI(target, num_samples=samples, antithetic=antithetic).draws
+        draws = score_vi.ScoreVI(target, num_samples=samples, antithetic=antithetic).anchor_draws
         a_hats, raw = [], []
         gen = torch.Generator().manual_seed(0)
         for _ in range(4000):

@@ -1,13 +1,18 @@
 """Inference algorithms, one per file, each with ``build(problem, **hyper)``.
 
-``METHODS`` maps a method name to its module (which defines ``KIND`` and
-``build``); later capabilities add files here.
+``METHODS`` maps a method name to its module. A method module declares ``ALGORITHM``
+(its frozen dataclass, deriving from one of the kinds in :mod:`bdlkit.types`), ``KIND``
+and ``build`` (usually ``options.builder(ALGORITHM)``). :func:`register` checks those
+declarations once, when the method is added: a new method is one new file plus one
+``register`` line here (``docs/architecture.md``).
 """
 
 from __future__ import annotations
 
+import inspect
 from types import ModuleType
 
+from ..types import KINDS, AlgorithmBase
 from . import (
     advi,
     bam,
@@ -25,41 +30,70 @@ from . import (
     sgld,
 )
 from . import map as map_
+from .options import undocumented
 
-METHODS: dict[str, ModuleType] = {
-    "map": map_,
-    "sgld": sgld,
-    "psgld": psgld,
-    "sghmc": sghmc,
-    "csghmc": csghmc,
-    "csgld": csgld,
-    "l2e": l2e,
-    "ensemble": ensemble,
-    "hmc": hmc,
-    "nuts": nuts,
-    "score_vi": score_vi,
-    "advi": advi,
-    "fisher_vi": fisher_vi,
-    "gsm": gsm,
-    "bam": bam,
-}
-DESCRIPTIONS: dict[str, str] = {
-    "map": "MAP point estimate with Adam or SGD (a deterministic baseline)",
-    "sgld": "stochastic gradient Langevin dynamics (Welling & Teh 2011)",
-    "psgld": "preconditioned (RMSprop) SGLD (Li et al. 2016)",
-    "sghmc": "stochastic gradient HMC, SGD-with-momentum form (Chen et al. 2014)",
-    "csghmc": "cyclical SGHMC: cosine cycles, noise and draws at cycle ends (Zhang et al. 2020)",
-    "csgld": "cyclical SGLD (Zhang et al. 2020)",
-    "l2e": "learning to explore: SG-MCMC with a meta-learned kinetic energy (Kim et al. 2024)",
-    "hmc": "full-batch HMC, MH-corrected, dual averaging (Neal 2011; Izmailov et al. 2021)",
-    "nuts": "No-U-Turn sampler via Pyro (Hoffman & Gelman 2014): full batch, CPU reference",
-    "ensemble": "deep ensemble: independently initialised MAP members (Lakshminarayanan 2017)",
-    "score_vi": "proximal SG score-based VI, diagonal Gaussian (SSM-prox; Kim 2026)",
-    "advi": "mean-field ADVI, reparameterised ELBO (Kucukelbir et al. 2017)",
-    "fisher_vi": "reparameterised Fisher-divergence VI (needs Hessian-vector products)",
-    "gsm": "Gaussian score matching, full or diagonal covariance (Modi et al. 2023)",
-    "bam": "batch and match, full, low-rank or diagonal covariance (Cai et al. 2024)",
-}
+METHODS: dict[str, ModuleType] = {}
+DESCRIPTIONS: dict[str, str] = {}
+
+
+def register(name: str, module: ModuleType, description: str) -> None:
+    """Add method ``name`` implemented by ``module``, after checking its declarations:
+    ``ALGORITHM`` is a frozen dataclass deriving from a kind of :mod:`bdlkit.types` with
+    ``init``, ``step`` and ``params``, ``KIND`` is that kind, ``build`` is callable with
+    the problem first, and every option has a line in the class's ``Args:`` section."""
+    where = f"method {name!r} ({module.__name__})"
+    if name in METHODS:
+        raise ValueError(f"{where}: a method named {name!r} is already registered")
+    cls = getattr(module, "ALGORITHM", None)  # the registration check itself
+    if not (isinstance(cls, type) and issubclass(cls, AlgorithmBase)):
+        raise TypeError(f"{where}: ALGORITHM must be a class deriving from "
+                        "bdlkit.types.Sampler, Optimizer, Variational or EnsembleBase")
+    if not (getattr(cls, "__dataclass_params__", None) and cls.__dataclass_params__.frozen):
+        raise TypeError(f"{where}: {cls.__name__} must be a frozen dataclass")
+    missing = [m for m in ("init", "step", "params") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise TypeError(f"{where}: {cls.__name__} lacks {', '.join(missing)}")
+    kind = getattr(module, "KIND", None)
+    if kind not in KINDS or kind != cls.kind:
+        raise TypeError(f"{where}: KIND={kind!r} must be {cls.kind!r} (one of {KINDS})")
+    build = getattr(module, "build", None)
+    if not callable(build) or next(iter(inspect.signature(build).parameters), "") != "problem":
+        raise TypeError(f"{where}: build(problem, **hyper) is missing")
+    if undocumented(cls):
+        raise TypeError(f"{where}: options without a line in {cls.__name__}'s Args: "
+                        f"section: {', '.join(undocumented(cls))}")
+    METHODS[name] = module
+    DESCRIPTIONS[name] = description
+
+
+def unregister(name: str) -> None:
+    """Remove method ``name`` (for tests and plug-ins that registered one)."""
+    get_method(name)
+    del METHODS[name], DESCRIPTIONS[name]
+
+
+register("map", map_, "MAP point estimate with Adam or SGD (a deterministic baseline)")
+register("sgld", sgld, "stochastic gradient Langevin dynamics (Welling & Teh 2011)")
+register("psgld", psgld, "preconditioned (RMSprop) SGLD (Li et al. 2016)")
+register("sghmc", sghmc, "stochastic gradient HMC, SGD-with-momentum form (Chen et al. 2014)")
+register("csghmc", csghmc,
+         "cyclical SGHMC: cosine cycles, noise and draws at cycle ends (Zhang et al. 2020)")
+register("csgld", csgld, "cyclical SGLD (Zhang et al. 2020)")
+register("l2e", l2e,
+         "learning to explore: SG-MCMC with a meta-learned kinetic energy (Kim et al. 2024)")
+register("ensemble", ensemble,
+         "deep ensemble: independently initialised MAP members (Lakshminarayanan 2017)")
+register("hmc", hmc,
+         "full-batch HMC, MH-corrected, dual averaging (Neal 2011; Izmailov et al. 2021)")
+register("nuts", nuts,
+         "No-U-Turn sampler via Pyro (Hoffman & Gelman 2014): full batch, CPU reference")
+register("score_vi", score_vi,
+         "proximal SG score-based VI, diagonal Gaussian (SSM-prox; Kim 2026)")
+register("advi", advi, "mean-field ADVI, reparameterised ELBO (Kucukelbir et al. 2017)")
+register("fisher_vi", fisher_vi,
+         "reparameterised Fisher-divergence VI (needs Hessian-vector products)")
+register("gsm", gsm, "Gaussian score matching, full or diagonal covariance (Modi et al. 2023)")
+register("bam", bam, "batch and match, full, low-rank or diagonal covariance (Cai et al. 2024)")
 
 
 def kind_of(name: str) -> str:

@@ -38,8 +38,9 @@ from ..tree import (
     tree_leaves,
     tree_unflatten,
 )
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Variational
 from ._vi_common import minibatch_scores
+from .options import choices_of
 
 OK, NUMERICAL_FAILURE = "ok", "numerical_failure"
 DEFAULT_PATIENCE = 50
@@ -56,7 +57,7 @@ class ProjectionState:
     streak: int
 
 
-class GaussianProjectionVI:
+class GaussianProjectionVI(Variational):
     """What GSM and BaM answer the same way (state is a :class:`ProjectionState`)."""
 
     patience: int = DEFAULT_PATIENCE
@@ -174,6 +175,20 @@ def init_lam(problem: Problem, covariance: str, init_std: float,
     return diag_gaussian.init(params, init_std)
 
 
+def field_choices(alg: Any, name: str) -> tuple[Any, ...] | None:
+    """The values of the ``Literal`` in the annotation of the dataclass field ``name``."""
+    return choices_of(alg.__dataclass_fields__[name].type)
+
+
+def setup(alg: Any) -> None:
+    """``__post_init__`` of GSM and BaM: check the options they share (:func:`check_hyper`,
+    the covariances being those of the field's ``Literal``) and coerce them."""
+    check_hyper(alg.problem, alg.num_samples, alg.covariance, field_choices(alg, "covariance"),
+                alg.init_std, alg.patience)
+    for name, kind in (("num_samples", int), ("init_std", float), ("patience", int)):
+        object.__setattr__(alg, name, kind(getattr(alg, name)))
+
+
 def check_hyper(problem: Problem, num_samples: int, covariance: str, choices: tuple[str, ...],
                 init_std: float, patience: int) -> None:
     """Validate what GSM and BaM share; the full-covariance family needs a Target."""
@@ -194,6 +209,6 @@ def check_hyper(problem: Problem, num_samples: int, covariance: str, choices: tu
 
 __all__ = [
     "DEFAULT_PATIENCE", "NUMERICAL_FAILURE", "OK", "GaussianProjectionVI",
-    "ProjectionState", "accept_or_reject", "check_hyper", "diag_from_var", "finite",
-    "init_lam", "initial_state", "leafwise",
+    "ProjectionState", "accept_or_reject", "check_hyper", "diag_from_var", "field_choices",
+    "finite", "init_lam", "initial_state", "leafwise", "setup",
 ]

@@ -1,6 +1,6 @@
 """What the SG-MCMC samplers share: one convention for step size, temperature and N.
 
-bdlkit's convention (``docs/conventions.md``; ``algorithms.md`` A.4.1): every SG-MCMC
+bdlkit's convention (``docs/conventions.md``; ``docs/sgmcmc.md``): every SG-MCMC
 sampler is written in terms of the minibatch gradient of the *per-datum, untempered* loss
 
     g(θ) = −T · ŝ_T(θ) / N  =  ∇[ −mean_{i∈B} log p(y_i | x_i, θ) − log p(θ)/N ]

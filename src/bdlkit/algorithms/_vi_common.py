@@ -38,7 +38,7 @@ from ..tree import (
     tree_leaves,
     tree_map,
 )
-from ..types import Batch, Problem
+from ..types import Batch, Problem, Variational
 
 
 @pytree_dataclass
@@ -51,7 +51,7 @@ class VIState:
     step: int
 
 
-class DiagGaussianVI:
+class DiagGaussianVI(Variational):
     """What every diagonal-Gaussian VI method answers the same way (state has ``lam``)."""
 
     def params(self, state: Any) -> TensorTree:
@@ -76,6 +76,16 @@ def check_hyper(
         raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
     if not init_std > 0 or not math.isfinite(init_std):
         raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
+
+
+def setup(alg: Any) -> None:
+    """``__post_init__`` of a diagonal-Gaussian VI method with the shared options ``lr``,
+    ``optimizer``, ``momentum``, ``num_samples`` and ``init_std``: check and coerce them and
+    set its optimiser ``_opt``."""
+    check_hyper(alg.lr, alg.optimizer, alg.momentum, alg.num_samples, alg.init_std)
+    object.__setattr__(alg, "num_samples", int(alg.num_samples))
+    object.__setattr__(alg, "init_std", float(alg.init_std))
+    object.__setattr__(alg, "_opt", make_opt(alg.optimizer, alg.momentum))
 
 
 def make_opt(optimizer: str, momentum: float) -> SGD | Adam:
@@ -142,7 +152,7 @@ def minibatch_scores(
 
     No graph is kept. A Target scores all rows in one call (its scores are per row); a
     network takes one oracle call (forward + backward) per draw. ``kld`` < 1 inflates the
-    likelihood part by 1/kld (BayesDLL's KL discount, ``algorithms.md`` B.2):
+    likelihood part by 1/kld (BayesDLL's KL discount, ``docs/vi.md``):
     ŝ = ∇log p + (ŝ − ∇log p)/kld, with the prior's score from ``problem.log_prior``.
     """
     if isinstance(problem, Target):
@@ -189,4 +199,5 @@ __all__ = [
     "minibatch_scores",
     "num_draws",
     "reparam",
+    "setup",
 ]

@@ -1,6 +1,6 @@
 """Mean-field ADVI (Kucukelbir et al., JMLR 2017) on the diagonal Gaussian family.
 
-Maximises the ELBO of q_λ = N(μ, diag σ²), λ = (μ, ρ = log σ) (``algorithms.md`` B.8.1)::
+Maximises the ELBO of q_λ = N(μ, diag σ²), λ = (μ, ρ = log σ) (``docs/vi.md``, ADVI)::
 
     ELBO(λ) = E_ε[ log π(μ + σ⊙ε) ] + H(q_λ),     H = Σ_i ρ_i + const
 
@@ -38,7 +38,7 @@ about one posterior std. Start STL from σ near the posterior scale, or warm-sta
 
 Scale: the optimiser minimises −ELBO/N (N = ``num_data``; 1 for a Target), as MAP minimises
 −value/N (``docs/conventions.md``), so ``lr`` is per datum. The entropy gradient is scaled
-by 1/N like the rest. Cost (B.7): S network forward + backward passes plus O(Sd), and
+by 1/N like the rest. Cost (docs/vi.md, cost per iteration): S network forward + backward passes plus O(Sd), and
 memory for λ (2d) plus the optimiser's moments.
 
 ``init_std`` and ``lr`` (defaults 1e-2 and 1e-2): under Adam log σ moves by about ``lr`` per
@@ -54,7 +54,8 @@ warm-start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -65,6 +66,7 @@ from ..schedules import Schedule, resolve
 from ..tree import TensorTree, device_of, tree_map
 from ..types import Batch, Info, Problem
 from . import _vi_common as vi
+from .options import builder
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -73,20 +75,33 @@ ADVIState = vi.VIState
 
 @dataclass(frozen=True)
 class ADVI(vi.DiagGaussianVI):
-    """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring)."""
+    """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring).
+
+    Args:
+        lr: per-datum learning rate on λ = (μ, log σ), a float or a schedule of the step.
+        optimizer: "adam" or "sgd".
+        momentum: SGD's momentum in [0, 1) (unused by Adam).
+        num_samples: S reparameterised draws per step.
+        init_std: σ of q₀ around the initial parameters (1 for a Target of unit scale).
+        stl: sticking-the-landing gradients (Roeder et al. 2017): zero variance at the
+            optimum for a target in the family, but start them from σ near the posterior
+            scale.
+    """
 
     problem: Problem
     lr: float | Schedule = 1e-2
-    optimizer: str = "adam"
+    optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
     num_samples: int = 1
     init_std: float = 1e-2
     stl: bool = False
     name: str = "advi"
-    kind: str = KIND
+    _opt: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_opt", vi.make_opt(self.optimizer, self.momentum))
+        vi.setup(self)
+        if not isinstance(self.stl, bool):
+            raise ValueError(f"stl must be True or False, got {self.stl!r}")
 
     def init(
         self, params: TensorTree | DiagGaussianParams | None = None, *,
@@ -125,24 +140,9 @@ class ADVI(vi.DiagGaussianVI):
         return new, {"log_prob": value, "elbo": value + vi.entropy(state.lam)}
 
 
-
-def build(
-    problem: Problem,
-    lr: float | Schedule = 1e-2,
-    optimizer: str = "adam",
-    momentum: float = 0.9,
-    num_samples: int = 1,
-    init_std: float = 1e-2,
-    stl: bool = False,
-) -> ADVI:
-    """Mean-field ADVI with per-datum ``lr``, ``optimizer`` in {"adam", "sgd"} (``momentum``
-    for SGD only), ``num_samples`` draws per step, initial σ ``init_std`` and optional
-    sticking-the-landing gradients (``stl``)."""
-    vi.check_hyper(lr, optimizer, momentum, num_samples, init_std)
-    if not isinstance(stl, bool):
-        raise ValueError(f"stl must be True or False, got {stl!r}")
-    return ADVI(problem, lr=lr, optimizer=optimizer, momentum=momentum,
-                num_samples=int(num_samples), init_std=float(init_std), stl=stl)
-
+build = builder(ADVI)
 
 __all__ = ["ADVI", "ADVIState", "build"]
+
+
+ALGORITHM = ADVI

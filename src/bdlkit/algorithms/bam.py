@@ -1,4 +1,4 @@
-"""BaM: batch and match VI (Cai et al., ICML 2024; ``algorithms.md`` B.8.3).
+"""BaM: batch and match VI (Cai et al., ICML 2024; ``docs/vi.md``).
 
 Each step draws B = ``num_samples`` points x_1..x_B ~ q_t = N(μ_t, Σ_t) with scores
 g_b = ∇log π(x_b) and moves q to the minimiser of the batch's covariance-weighted score
@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -71,14 +72,14 @@ from ._gaussian_projection import (
     GaussianProjectionVI,
     ProjectionState,
     accept_or_reject,
-    check_hyper,
     diag_from_var,
+    field_choices,
     leafwise,
+    setup,
 )
+from .options import builder
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
-COVARIANCES = ("full", "diag", "lowrank")
-SCHEDULES = ("inverse", "constant")
 
 BaMState = ProjectionState
 
@@ -183,17 +184,43 @@ def num_params(lam: DiagGaussianParams | FullGaussianParams) -> int:
 
 @dataclass(frozen=True)
 class BaM(GaussianProjectionVI):
-    """Batch and match: proximal covariance-weighted score matching (module docstring)."""
+    """Batch and match: proximal covariance-weighted score matching (module docstring).
+
+    Args:
+        num_samples: B draws (and scores) per step.
+        covariance: "full" or "lowrank" (the same Σ, O(d²B + B³) per step; both Targets
+            only), or "diag" (any pytree).
+        lam_scale: the factor of the built-in schedules' step size λ_t (must stay 1 with a
+            callable ``schedule``).
+        schedule: λ_t after t steps, d parameters: "inverse" (lam_scale·B·d/(t + 1)),
+            "constant" (lam_scale·B·d), or a callable t -> λ_t.
+        init_std: σ of q₀ around the initial parameters.
+        patience: rejected updates in a row before :meth:`status` reports
+            ``"numerical_failure"``.
+    """
 
     problem: Problem
     num_samples: int = 16
-    covariance: str = "full"
+    covariance: Literal["full", "diag", "lowrank"] = "full"
     lam_scale: float = 1.0
-    schedule: str | Callable[[int], float] = "inverse"
+    schedule: Literal["inverse", "constant"] | Callable[[int], float] = "inverse"
     init_std: float = 1.0
     patience: int = DEFAULT_PATIENCE
     name: str = "bam"
-    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        setup(self)
+        schedules = field_choices(self, "schedule")
+        if not self.lam_scale > 0 or not math.isfinite(self.lam_scale):
+            raise ValueError(f"lam_scale must be a finite number > 0, got {self.lam_scale!r}")
+        if callable(self.schedule):
+            if self.lam_scale != 1.0:
+                raise ValueError("lam_scale applies to the built-in schedules only; fold it "
+                                 "into the callable schedule")
+        elif self.schedule not in schedules:
+            raise ValueError(f"schedule must be one of {schedules} or a callable t -> λ_t, "
+                             f"got {self.schedule!r}")
+        object.__setattr__(self, "lam_scale", float(self.lam_scale))
 
     def step_size(self, t: int, d: int) -> float:
         """λ_t after t steps, for d parameters (module docstring)."""
@@ -219,33 +246,10 @@ class BaM(GaussianProjectionVI):
         return accept_or_reject(state, self.update(state.lam, thetas, scores, lam), gen, value)
 
 
-def build(
-    problem: Problem,
-    num_samples: int = 16,
-    covariance: str = "full",
-    lam_scale: float = 1.0,
-    schedule: str | Callable[[int], float] = "inverse",
-    init_std: float = 1.0,
-    patience: int = DEFAULT_PATIENCE,
-) -> BaM:
-    """BaM with ``num_samples`` draws per step, ``covariance`` in {"full", "diag", "lowrank"}
-    ("full"/"lowrank": Targets only), step size λ_t from ``schedule`` ("inverse", "constant"
-    or a callable t -> λ_t) scaled by ``lam_scale``, initial σ ``init_std``, and ``patience``
-    rejected updates in a row before :meth:`BaM.status` reports ``"numerical_failure"``."""
-    check_hyper(problem, num_samples, covariance, COVARIANCES, init_std, patience)
-    if not lam_scale > 0 or not math.isfinite(lam_scale):
-        raise ValueError(f"lam_scale must be a finite number > 0, got {lam_scale!r}")
-    if callable(schedule):
-        if lam_scale != 1.0:
-            raise ValueError("lam_scale applies to the built-in schedules only; fold it into "
-                             "the callable schedule")
-    elif schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES} or a callable t -> λ_t, "
-                         f"got {schedule!r}")
-    return BaM(problem, num_samples=int(num_samples), covariance=covariance,
-               lam_scale=float(lam_scale), schedule=schedule, init_std=float(init_std),
-               patience=int(patience))
-
+build = builder(BaM)
 
 __all__ = ["BaM", "BaMState", "build", "diag_update_leaf", "full_update", "lowrank_cov",
            "match_cov", "moments"]
+
+
+ALGORITHM = BaM

@@ -1,7 +1,7 @@
 """Cyclical SG-MCMC (Zhang, Li, Zhang, Chen & Wilson, ICLR 2020): cSGHMC, and cSGLD (α = 1).
 
 The SGHMC step of :mod:`bdlkit.algorithms.sghmc` with a cosine step size that restarts
-every P = ``cycle_steps`` steps (``algorithms.md`` A.4.2, bdlkit form; k = global step
+every P = ``cycle_steps`` steps (``docs/sgmcmc.md``, bdlkit form; k = global step
 from 0)::
 
     lr_k = (lr_0 / 2) · (cos(π · mod(k, P) / P) + 1)
@@ -22,27 +22,44 @@ runner's ``thin`` and ``burnin`` still apply on top, by step number (``burnin`` 
 early cycles; leave ``thin`` at its default 1).
 ``cycle_steps=None`` splits the run into ``cycles`` equal cycles, P = ⌈K/cycles⌉ for K
 total steps (the paper's form); the runner fixes it when the run length is known.
-Defaults follow the cSGMCMC code: lr_0 = 0.5 and α = 0.9 for cSGHMC (A.4.2).
+Defaults follow the cSGMCMC code: lr_0 = 0.5 and α = 0.9 for cSGHMC (docs/sgmcmc.md, cyclical SG-MCMC).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from ..schedules import CyclicalCosine
 from ..tree import TensorTree
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
+from .options import builder
 from .sghmc import SGHMC, SGHMCState, check_friction
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 
 
 @dataclass(frozen=True)
-class CyclicalSGHMC:
+class CyclicalSGHMC(Sampler):
+    """cSGHMC: the SGHMC step on cosine cycles (module docstring).
+
+    Args:
+        lr: peak per-datum step size lr_0 > 0 of each cosine cycle.
+        alpha: friction α in (0, 1] of the SGHMC step; the momentum is 1 − α.
+        cycles: the number of cycles the run is split into (when ``cycle_steps`` is None).
+        cycle_steps: steps P per cycle (an integer >= 2); None: ⌈run length / cycles⌉.
+        explore_frac: the fraction in [0, 1) of each cycle spent exploring without noise;
+            noise and kept draws come in the rest.
+        samples_per_cycle: draws kept per cycle, ending at the cycle's last step.
+        sample_spacing: steps between the kept draws of a cycle; None: spread evenly over
+            the sampling phase.
+    """
+
+    chooses_draws: ClassVar[bool] = True  # keep(t): draws at the end of each cycle
     problem: Problem
     lr: float = 0.5
     alpha: float = 0.9
@@ -52,18 +69,29 @@ class CyclicalSGHMC:
     samples_per_cycle: int = 3
     sample_spacing: int | None = None
     name: str = "csghmc"
-    kind: str = KIND
+    _inner: SGHMC = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"lr (the peak step size) must be a number > 0, got {self.lr!r}")
+        check_friction(self.alpha)
+        check_cycles(self.cycles, self.cycle_steps, self.explore_frac, self.samples_per_cycle,
+                     self.sample_spacing)
+        for name, kind in (("lr", float), ("alpha", float), ("cycles", int),
+                           ("cycle_steps", int), ("explore_frac", float),
+                           ("samples_per_cycle", int), ("sample_spacing", int)):
+            value = getattr(self, name)
+            object.__setattr__(self, name, None if value is None else kind(value))
         object.__setattr__(self, "_inner", SGHMC(self.problem, lr=self.lr, alpha=self.alpha,
                                                  name=self.name))
 
     # ------------------------------------------------------------------ schedule
     def for_run(self, total_steps: int) -> CyclicalSGHMC:
-        """This sampler with ``cycle_steps`` fixed for a run of ``total_steps`` steps."""
+        """This sampler with ``cycle_steps`` fixed for a run of ``total_steps`` steps (at
+        least 2, the smallest valid cycle: runs of at most ``cycles`` steps)."""
         if self.cycle_steps is not None:
             return self
-        return dataclasses.replace(self, cycle_steps=max(1, math.ceil(total_steps / self.cycles)))
+        return dataclasses.replace(self, cycle_steps=max(2, math.ceil(total_steps / self.cycles)))
 
     @property
     def schedule(self) -> CyclicalCosine:
@@ -117,33 +145,5 @@ def check_cycles(cycles: int, cycle_steps: int | None, explore_frac: float,
                          f"{sample_spacing!r}")
 
 
-def build(
-    problem: Problem,
-    lr: float = 0.5,
-    alpha: float = 0.9,
-    cycles: int = 4,
-    cycle_steps: int | None = None,
-    explore_frac: float = 0.8,
-    samples_per_cycle: int = 3,
-    sample_spacing: int | None = None,
-) -> CyclicalSGHMC:
-    """cSGHMC: peak per-datum step ``lr``, friction ``alpha``, ``cycles`` cosine cycles (or
-    cycles of ``cycle_steps`` steps), noise and kept draws in the last 1 − ``explore_frac``
-    of each cycle, ``samples_per_cycle`` draws per cycle ``sample_spacing`` steps apart."""
-    return _build(problem, lr, alpha, cycles, cycle_steps, explore_frac, samples_per_cycle,
-                  sample_spacing, "csghmc")
-
-
-def _build(problem: Problem, lr: float, alpha: float, cycles: int, cycle_steps: int | None,
-           explore_frac: float, samples_per_cycle: int, sample_spacing: int | None,
-           name: str) -> CyclicalSGHMC:
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr (the peak step size) must be a number > 0, got {lr!r}")
-    check_friction(alpha)
-    check_cycles(cycles, cycle_steps, explore_frac, samples_per_cycle, sample_spacing)
-    return CyclicalSGHMC(problem, lr=float(lr), alpha=float(alpha), cycles=int(cycles),
-                         cycle_steps=None if cycle_steps is None else int(cycle_steps),
-                         explore_frac=float(explore_frac),
-                         samples_per_cycle=int(samples_per_cycle),
-                         sample_spacing=None if sample_spacing is None else int(sample_spacing),
-                         name=name)
+build = builder(CyclicalSGHMC)
+ALGORITHM = CyclicalSGHMC

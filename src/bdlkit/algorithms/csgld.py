@@ -7,21 +7,27 @@ cycles, exploration phase without noise and draws kept at the end of each cycle.
 
 from __future__ import annotations
 
-from ..types import Problem
-from .csghmc import CyclicalSGHMC, _build
+from dataclasses import dataclass, field
+
+from .csghmc import CyclicalSGHMC
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 
 
-def build(
-    problem: Problem,
-    lr: float = 0.05,
-    cycles: int = 4,
-    cycle_steps: int | None = None,
-    explore_frac: float = 0.8,
-    samples_per_cycle: int = 3,
-    sample_spacing: int | None = None,
-) -> CyclicalSGHMC:
-    """cSGLD: peak per-datum step ``lr`` and the cycles of :func:`csghmc.build`."""
-    return _build(problem, lr, 1.0, cycles, cycle_steps, explore_frac, samples_per_cycle,
-                  sample_spacing, "csgld")
+@dataclass(frozen=True)
+class CyclicalSGLD(CyclicalSGHMC):
+    """cSGLD: cSGHMC with the friction fixed at α = 1 (module docstring); the other
+    options are :class:`~bdlkit.algorithms.csghmc.CyclicalSGHMC`'s.
+
+    Args:
+        lr: peak per-datum step size lr_0 > 0 of each cosine cycle.
+    """
+
+    lr: float = 0.05
+    alpha: float = field(default=1.0, init=False)  # fixed, not an option (still in repr)
+    name: str = "csgld"
+
+
+build = builder(CyclicalSGLD)
+ALGORITHM = CyclicalSGLD

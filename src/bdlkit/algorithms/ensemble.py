@@ -1,4 +1,4 @@
-"""Deep ensembles (Lakshminarayanan, Pritzel & Blundell, NeurIPS 2017; ``algorithms.md`` A.4.4).
+"""Deep ensembles (Lakshminarayanan, Pritzel & Blundell, NeurIPS 2017; ``docs/sgmcmc.md``).
 
 M members θ^(1), ..., θ^(M), each trained as MAP (:mod:`.map`): with the per-datum loss
 
@@ -17,7 +17,7 @@ treats rows as independent chains; a dict of ``(M, ...)`` tensors for a network,
 members are evaluated one at a time, so ``oracle="module"`` works too) and one optimiser
 state on the stack: Adam and SGD-momentum act element-wise, so it equals M independent
 optimisers. ``params(state)`` is member 0 (what the Runner finite-checks and evaluates
-during training); ``members(state)`` is the stack. Info: ``log_prob`` is the sum over
+during training); ``member_stack(state)`` is the stack. Info: ``log_prob`` is the sum over
 members (one non-finite member stops the run); for networks also ``log_prob_min/max``.
 
 Initialisation: a stack with M rows is used as is. A single point (what the Runner passes
@@ -28,8 +28,8 @@ generator), for a Target ``init_params``. Without ``params`` a Target draws all 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
@@ -38,7 +38,8 @@ from ..optim import AdamState, SGDState, make_optimizer
 from ..problems import Target
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, detach_clone, index, pytree_dataclass, stack, tree_leaves, tree_map
-from ..types import Batch, Info, Problem
+from ..types import Batch, EnsembleBase, Info, Problem
+from .options import builder
 
 KIND = "ensemble"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -51,20 +52,42 @@ class EnsembleState:
 
 
 @dataclass(frozen=True)
-class Ensemble:
-    """M MAP runs in lockstep (module docstring); ``num_members`` is ``build``'s ``members``."""
+class Ensemble(EnsembleBase):
+    """M MAP runs in lockstep (module docstring).
+
+    Args:
+        members: the number M >= 1 of members (``member_stack(state)`` is their stack).
+        lr: per-datum learning rate of every member, a float or a schedule of the step.
+        optimizer: "adam" or "sgd".
+        momentum: SGD's momentum in [0, 1) (unused by Adam).
+    """
 
     problem: Problem
-    num_members: int = 5
+    members: int = 5
     lr: float | Schedule = 1e-3
-    optimizer: str = "adam"
+    optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
     name: str = "ensemble"
-    kind: str = KIND
+    _opt: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        m = self.members
+        if isinstance(m, bool) or int(m) != m or m < 1:
+            raise ValueError(f"members must be an integer >= 1, got {m!r}")
+        if not callable(self.lr) and not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: ['adam', 'sgd']")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        object.__setattr__(self, "members", int(m))
         kwargs: dict[str, Any] = {"momentum": self.momentum} if self.optimizer == "sgd" else {}
         object.__setattr__(self, "_opt", make_optimizer(self.optimizer, **kwargs))
+
+    @property
+    def num_members(self) -> int:
+        """M (the option ``members``)."""
+        return self.members
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> EnsembleState:
@@ -85,6 +108,10 @@ class Ensemble:
             )
         params = detach_clone(params)
         return EnsembleState(params=params, opt_state=self._opt.init(params), step=0)
+
+    def member_stack(self, state: EnsembleState) -> TensorTree:
+        """All members, stacked along dim 0."""
+        return state.params
 
     def step(self, state: EnsembleState, batch: Batch) -> tuple[EnsembleState, Info]:
         problem = self.problem
@@ -110,30 +137,10 @@ class Ensemble:
         """Member 0 (what the Runner checks and evaluates while training)."""
         return index(state.params, 0)
 
-    def members(self, state: EnsembleState) -> TensorTree:
-        """All members, stacked along dim 0."""
-        return state.params
 
-
-def build(
-    problem: Problem,
-    members: int = 5,
-    lr: float | Schedule = 1e-3,
-    optimizer: str = "adam",
-    momentum: float = 0.9,
-) -> Ensemble:
-    """A deep ensemble of ``members`` MAP runs with ``optimizer`` in {"adam", "sgd"}
-    (``momentum`` is used by SGD only)."""
-    if isinstance(members, bool) or int(members) != members or members < 1:
-        raise ValueError(f"members must be an integer >= 1, got {members!r}")
-    if not callable(lr) and not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
-    if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"unknown optimizer {optimizer!r}; valid: ['adam', 'sgd']")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-    return Ensemble(problem, num_members=int(members), lr=lr, optimizer=optimizer,
-                    momentum=momentum)
-
+build = builder(Ensemble)
 
 __all__ = ["Ensemble", "EnsembleState", "build"]
+
+
+ALGORITHM = Ensemble

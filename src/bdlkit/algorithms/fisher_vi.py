@@ -1,7 +1,7 @@
 """Reparameterised Fisher-divergence VI ("traditional score matching"), diagonal Gaussian.
 
 Minimises the Fisher divergence between q_λ = N(μ, diag σ²), λ = (μ, ρ = log σ), and the
-(tempered) posterior, through reparameterised draws θ = μ + σ⊙ε (``algorithms.md`` B.8.4)::
+(tempered) posterior, through reparameterised draws θ = μ + σ⊙ε (``docs/vi.md``)::
 
     F(λ) = E_ε ‖∇_θ log q_λ(θ) − s(θ)‖²  =  E_ε ‖ε/σ + s(μ + σ⊙ε)‖²     (∇_θ log q = −ε/σ)
     L̂(λ) = (1/N²) · (1/S) Σ_k ‖ε_k/σ + s(θ_k)‖²
@@ -18,11 +18,11 @@ vanishes for every ε when q = π, so the stochastic gradient is exactly zero th
 
 Caveats:
 
-- **Cost** (B.7): per draw, one forward, one backward and one backward-of-backward through
+- **Cost** (docs/vi.md, cost per iteration): per draw, one forward, one backward and one backward-of-backward through
   the network, i.e. about 2–3× the time and activation memory of an ADVI step. This is the
   failure mode reported for this baseline at ViT scale. Draws of a network are processed
   one at a time, so memory does not grow with S; a Target scores all draws in one call.
-- **Bias** (B.3): with a minibatch score ŝ, E‖ε/σ + ŝ‖² = ‖ε/σ + s‖² + tr Cov[ŝ(θ(λ))], and
+- **Bias** (docs/vi.md, Fisher-divergence VI): with a minibatch score ŝ, E‖ε/σ + ŝ‖² = ‖ε/σ + s‖² + tr Cov[ŝ(θ(λ))], and
   the trace depends on λ through θ. So the minibatch gradient is biased (it also fits the
   minibatch noise), unlike the score-VI gradient. Use full batches (``batch_size ≥ N``) to
   remove the bias.
@@ -38,8 +38,8 @@ Scale, optimiser, ``init_std``, state and approximation follow :mod:`.advi`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -52,6 +52,7 @@ from ..schedules import Schedule, resolve
 from ..tree import TensorTree, all_finite, device_of, index, tree_leaves, tree_map
 from ..types import Batch, Info, Problem
 from . import _vi_common as vi
+from .options import builder
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -78,19 +79,30 @@ def differentiable_log_density(problem: Problem) -> LogDensity:
 
 @dataclass(frozen=True)
 class FisherVI(vi.DiagGaussianVI):
-    """``λ ← λ + optimizer_update(∇_λ L̂)`` with the Fisher loss L̂ of the module docstring."""
+    """``λ ← λ + optimizer_update(∇_λ L̂)`` with the Fisher loss L̂ of the module docstring.
+
+    Args:
+        lr: learning rate on λ = (μ, log σ), a float or a schedule of the step; too large
+            a one diverges (:class:`bdlkit.NonFiniteError`).
+        optimizer: "adam" or "sgd".
+        momentum: SGD's momentum in [0, 1) (unused by Adam).
+        num_samples: S reparameterised draws per step (processed one at a time on a
+            network).
+        init_std: σ of q₀ around the initial parameters.
+    """
 
     problem: Problem
     lr: float | Schedule = 1e-3
-    optimizer: str = "adam"
+    optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
     num_samples: int = 1
     init_std: float = 1e-3
     name: str = "fisher_vi"
-    kind: str = KIND
+    _opt: Any = field(init=False, repr=False, compare=False)
+    _log_density: LogDensity = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_opt", vi.make_opt(self.optimizer, self.momentum))
+        vi.setup(self)
         object.__setattr__(self, "_log_density", differentiable_log_density(self.problem))
 
     def init(
@@ -176,20 +188,9 @@ class FisherVI(vi.DiagGaussianVI):
         )
 
 
-
-def build(
-    problem: Problem,
-    lr: float | Schedule = 1e-3,
-    optimizer: str = "adam",
-    momentum: float = 0.9,
-    num_samples: int = 1,
-    init_std: float = 1e-3,
-) -> FisherVI:
-    """Reparameterised Fisher-divergence VI with ``optimizer`` in {"adam", "sgd"}
-    (``momentum`` for SGD only), ``num_samples`` draws per step and initial σ ``init_std``."""
-    vi.check_hyper(lr, optimizer, momentum, num_samples, init_std)
-    return FisherVI(problem, lr=lr, optimizer=optimizer, momentum=momentum,
-                    num_samples=int(num_samples), init_std=float(init_std))
-
+build = builder(FisherVI)
 
 __all__ = ["FisherVI", "FisherVIState", "build", "differentiable_log_density"]
+
+
+ALGORITHM = FisherVI

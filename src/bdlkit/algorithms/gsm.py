@@ -1,4 +1,4 @@
-"""GSM: Gaussian score matching VI (Modi et al., NeurIPS 2023; ``algorithms.md`` B.8.2).
+"""GSM: Gaussian score matching VI (Modi et al., NeurIPS 2023; ``docs/vi.md``).
 
 Each step draws B = ``num_samples`` points x_1..x_B ~ q_t = N(μ, Σ) and their scores
 g_b = ∇log π(x_b). For one sample, q' = argmin_q KL(q_t ‖ q) subject to ∇log q(x) = g has
@@ -19,7 +19,7 @@ for a :class:`~bdlkit.problems.Target` only; all B updates are vectorised, O(Bd�
 the O(d³) Cholesky factorisation of the new Σ. An update whose Σ has no Cholesky factor
 (or any NaN or inf) is rejected (:mod:`._gaussian_projection`), as GSM-VI's code does.
 
-``covariance="diag"`` is the exact diagonal-family solution (B.8.2, Part E check 4): KL and
+``covariance="diag"`` is the exact diagonal-family solution (docs/vi.md, GSM): KL and
 score constraint separate per coordinate, so the scalar formula (Σ → σ_i², gᵀΣg → σ_i² g_i²,
 (μ − x)ᵀg → (μ_i − x_i) g_i) applies to every coordinate, where the bracket reduces to
 μ'_i = μ_i + ε₀_i / (1 + ρ_i + (μ_i − x_i) g_i). It matches the score at x exactly,
@@ -32,6 +32,7 @@ GSM was designed for exact scores, so minibatch scores of a network make it a he
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -48,10 +49,11 @@ from ._gaussian_projection import (
     GaussianProjectionVI,
     ProjectionState,
     accept_or_reject,
-    check_hyper,
     diag_from_var,
     leafwise,
+    setup,
 )
+from .options import builder
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -93,15 +95,25 @@ def diag_update_leaf(mu: Tensor, rho_log_sigma: Tensor, thetas: Tensor,
 
 @dataclass(frozen=True)
 class GSM(GaussianProjectionVI):
-    """Gaussian score matching: KL projection onto the score constraints (module docstring)."""
+    """Gaussian score matching: KL projection onto the score constraints (module docstring).
+
+    Args:
+        num_samples: B draws (and scores) per step.
+        covariance: "full" (λ = (μ, L), Σ = LLᵀ: Targets only) or "diag" (any pytree).
+        init_std: σ of q₀ around the initial parameters.
+        patience: rejected updates in a row before :meth:`status` reports
+            ``"numerical_failure"``.
+    """
 
     problem: Problem
     num_samples: int = 2
-    covariance: str = "full"
+    covariance: Literal["full", "diag"] = "full"
     init_std: float = 1.0
     patience: int = DEFAULT_PATIENCE
     name: str = "gsm"
-    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        setup(self)
 
     def update(self, lam: DiagGaussianParams | FullGaussianParams, thetas: TensorTree,
                scores: TensorTree) -> DiagGaussianParams | FullGaussianParams | None:
@@ -117,19 +129,9 @@ class GSM(GaussianProjectionVI):
         return accept_or_reject(state, self.update(state.lam, thetas, scores), gen, value)
 
 
-def build(
-    problem: Problem,
-    num_samples: int = 2,
-    covariance: str = "full",
-    init_std: float = 1.0,
-    patience: int = DEFAULT_PATIENCE,
-) -> GSM:
-    """GSM with ``num_samples`` draws per step, ``covariance`` in {"full", "diag"} ("full":
-    Targets only), initial σ ``init_std``, and ``patience`` rejected updates in a row before
-    :meth:`GSM.status` reports ``"numerical_failure"``."""
-    check_hyper(problem, num_samples, covariance, ("full", "diag"), init_std, patience)
-    return GSM(problem, num_samples=int(num_samples), covariance=covariance,
-               init_std=float(init_std), patience=int(patience))
-
+build = builder(GSM)
 
 __all__ = ["GSM", "GSMState", "build", "diag_update_leaf", "full_update"]
+
+
+ALGORITHM = GSM

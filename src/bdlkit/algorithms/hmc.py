@@ -61,7 +61,8 @@ from ..tree import (
     tree_map,
     zeros_like,
 )
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 GAMMA, T0, KAPPA = 0.05, 10.0, 0.75  # dual averaging constants (Hoffman & Gelman 2014)
@@ -83,7 +84,20 @@ class HMCState:
 
 
 @dataclass(frozen=True)
-class HMC:
+class HMC(Sampler):
+    """Full-batch HMC with dual averaging of ε (module docstring).
+
+    Args:
+        step_size: the initial leapfrog step ε > 0, on U itself (not per datum).
+        num_leapfrog: leapfrog steps L per iteration (when ``trajectory_length`` is None).
+        trajectory_length: a fixed trajectory length: L = min(⌈trajectory_length/ε⌉,
+            max_leapfrog) (Izmailov et al. 2021); None: L = ``num_leapfrog``.
+        adapt_steps: iterations of dual averaging of ε (0: ε fixed); the default burn-in
+            covers them.
+        target_accept: the mean acceptance probability δ in (0, 1) dual averaging aims at.
+        max_leapfrog: the cap on L under ``trajectory_length``.
+    """
+
     problem: Problem
     step_size: float = 0.1
     num_leapfrog: int = 10
@@ -92,8 +106,24 @@ class HMC:
     target_accept: float = 0.8
     max_leapfrog: int = 1000
     name: str = "hmc"
-    kind: str = KIND
     full_batch: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not (self.step_size > 0 and math.isfinite(self.step_size)):
+            raise ValueError(f"step_size must be a finite number > 0, got {self.step_size}")
+        for name, low in (("num_leapfrog", 1), ("adapt_steps", 0), ("max_leapfrog", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        length = self.trajectory_length
+        if length is not None and not (length > 0 and math.isfinite(length)):
+            raise ValueError(f"trajectory_length must be a finite number > 0, got {length}")
+        if not 0 < self.target_accept < 1:
+            raise ValueError(f"target_accept must be in (0, 1), got {self.target_accept}")
+        object.__setattr__(self, "step_size", float(self.step_size))
+        object.__setattr__(self, "trajectory_length", None if length is None else float(length))
+        object.__setattr__(self, "target_accept", float(self.target_accept))
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> HMCState:
         if params is None:
@@ -198,34 +228,9 @@ class HMC:
         return tree_map(lambda a, b: torch.where(mask, a, b), new, old)
 
 
-def build(
-    problem: Problem,
-    step_size: float = 0.1,
-    num_leapfrog: int = 10,
-    trajectory_length: float | None = None,
-    adapt_steps: int = 100,
-    target_accept: float = 0.8,
-    max_leapfrog: int = 1000,
-) -> HMC:
-    """Full-batch HMC: initial ε ``step_size``; L = ``num_leapfrog``, or
-    ``min(⌈trajectory_length/ε⌉, max_leapfrog)``; dual averaging of ε towards
-    ``target_accept`` for the first ``adapt_steps`` iterations (0: ε fixed)."""
-    if not (step_size > 0 and math.isfinite(step_size)):
-        raise ValueError(f"step_size must be a finite number > 0, got {step_size}")
-    for name, value, low in (("num_leapfrog", num_leapfrog, 1), ("adapt_steps", adapt_steps, 0),
-                             ("max_leapfrog", max_leapfrog, 1)):
-        if isinstance(value, bool) or int(value) != value or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    if trajectory_length is not None and not (
-        trajectory_length > 0 and math.isfinite(trajectory_length)
-    ):
-        raise ValueError(f"trajectory_length must be a finite number > 0, got {trajectory_length}")
-    if not 0 < target_accept < 1:
-        raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
-    return HMC(problem, step_size=float(step_size), num_leapfrog=int(num_leapfrog),
-               trajectory_length=None if trajectory_length is None else float(trajectory_length),
-               adapt_steps=int(adapt_steps), target_accept=float(target_accept),
-               max_leapfrog=int(max_leapfrog))
-
+build = builder(HMC)
 
 __all__ = ["HMC", "HMCState", "build"]
+
+
+ALGORITHM = HMC

@@ -1,7 +1,7 @@
 """Learning to Explore (L2E): SG-MCMC with a meta-learned kinetic energy.
 
 Kim, Jung, Kim & Lee, "Learning to Explore for Stochastic Gradient MCMC", ICML 2024
-(``algorithms.md`` A.2). With g the minibatch gradient of the per-datum loss
+(``docs/l2e.md``). With g the minibatch gradient of the per-datum loss
 (``_sgmcmc.loss_gradient``: mean NLL − log p(θ)/N), rolling means m_b of g and the
 meta-learned (α_φ, β_φ) of :mod:`bdlkit.l2e.kinetic`::
 
@@ -11,7 +11,7 @@ meta-learned (α_φ, β_φ) of :mod:`bdlkit.l2e.kinetic`::
 v = 2·C·noise_mult (``noise_mode="code"``, the released code) or 2·C·ε (``"paper"``,
 eq. 18), times the problem's temperature. There is no other temperature: in the SGHMC
 limit "paper" noise with grad_scale = N targets the posterior and "code" noise a cold one
-(T ≈ noise_mult/ε, A.1). The constants default to the ones the meta-parameters were
+(T ≈ noise_mult/ε, docs/sgmcmc.md). The constants default to the ones the meta-parameters were
 trained with (stored in their file); override them only knowingly: α_φ and β_φ were
 learned for those values. ``meta_params`` is ``"pretrained"`` (bdlkit's shipped set,
 :func:`bdlkit.l2e.load_pretrained`), a path to a ``bdlkit meta-train l2e`` file, or a
@@ -26,9 +26,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.func import vmap
@@ -56,10 +56,13 @@ from ..tree import (
     tree_unflatten,
     zeros_like,
 )
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
 from ._sgmcmc import loss_gradient
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
+#: The options that override the Constants of the same name (None: the stored one).
+CONSTANTS = tuple(f.name for f in fields(Constants))
 
 
 @pytree_dataclass
@@ -72,13 +75,57 @@ class L2EState:
 
 
 @dataclass(frozen=True)
-class L2E:
+class L2E(Sampler):
+    """L2E (module docstring). The constants left at None are the ones stored with the
+    meta-parameters (``Constants`` defaults for ``kinetic="identity"``); the fields then
+    hold the constants used.
+
+    Args:
+        meta_params: "pretrained" (bdlkit's shipped set), a path to a ``bdlkit meta-train
+            l2e`` file, or a :class:`~bdlkit.l2e.Pretrained`.
+        kinetic: "learned" (the meta-learned MLP) or "identity" (α = 0, β = r: SGHMC).
+        eps: the step ε of the update.
+        grad_scale: the factor of g in the momentum update (the training code's N).
+        friction: the friction C >= 0.
+        noise_mode: "code" (noise variance 2·C·noise_mult, the released code) or "paper"
+            (2·C·ε, eq. 18), times the temperature.
+        noise_mult: the noise multiplier of ``noise_mode="code"``.
+        exp_mult: the multiplier of the MLP's α output.
+        precond_mult: the multiplier of the MLP's β output.
+    """
+
     problem: Problem
-    kinetic: Kinetic
-    constants: Constants
-    meta_digest: str = "identity"  # sha256 prefix of the meta-parameters and constants
+    meta_params: str | Pretrained = field(default="pretrained", repr=False, compare=False)
+    kinetic: Literal["learned", "identity"] = "learned"
+    eps: float | None = None
+    grad_scale: float | None = None
+    friction: float | None = None
+    noise_mode: Literal["code", "paper"] | None = None
+    noise_mult: float | None = None
+    exp_mult: float | None = None
+    precond_mult: float | None = None
     name: str = "l2e"
-    kind: str = KIND
+    constants: Constants = field(init=False, repr=False, compare=False)  # the resolved ones
+    kinetic_fn: Kinetic = field(init=False, repr=False, compare=False)  # (α_φ, β_φ)
+    #: sha256 prefix of the meta-parameters and constants ("identity" without them)
+    meta_digest: str = field(init=False, repr=False, default="identity")
+
+    def __post_init__(self) -> None:
+        if self.kinetic not in ("learned", "identity"):
+            raise ValueError(f"kinetic must be 'learned' or 'identity', got {self.kinetic!r}")
+        pre = _resolve(self.meta_params) if self.kinetic == "learned" else None
+        base = pre.constants if pre is not None else Constants()
+        given = {k: getattr(self, k) for k in CONSTANTS}
+        constants = replace(base, **{k: v for k, v in given.items() if v is not None})
+        for k in CONSTANTS:
+            object.__setattr__(self, k, getattr(constants, k))
+        object.__setattr__(self, "constants", constants)
+        if pre is None:
+            object.__setattr__(self, "kinetic_fn", IdentityKinetic())
+            return
+        object.__setattr__(self, "kinetic_fn", LearnedKinetic(
+            pre.meta, constants.exp_mult, constants.precond_mult))
+        object.__setattr__(self, "meta_digest", _digest(pre.meta, constants))
 
     @property
     def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
@@ -103,7 +150,7 @@ class L2E:
         noise = randn_like(state.params, gen)
         _, theta, spec = tree_flatten_with_path(state.params)
         leaves = [tree_leaves(t) for t in (state.momentum, state.moments, grad, noise)]
-        update = partial(l2e_update, self.kinetic, self.constants,
+        update = partial(l2e_update, self.kinetic_fn, self.constants,
                          temperature=float(self.problem.temperature))
         if _chain_stack(self.problem, state.params):  # a Target's (chains, d): per chain
             update = vmap(update, in_dims=(0, 0, 1, 0, 0), out_dims=(0, 0, 1))
@@ -134,38 +181,12 @@ def _resolve(meta_params: Any) -> Pretrained:
                     f"got {type(meta_params).__name__}")
 
 
-def build(
-    problem: Problem,
-    meta_params: str | Pretrained = "pretrained",
-    kinetic: str = "learned",
-    eps: float | None = None,
-    grad_scale: float | None = None,
-    friction: float | None = None,
-    noise_mode: str | None = None,
-    noise_mult: float | None = None,
-    exp_mult: float | None = None,
-    precond_mult: float | None = None,
-) -> L2E:
-    """L2E with the meta-parameters ``meta_params``; the constants left at None (the
-    default) are the ones stored with them (``Constants`` defaults for
-    ``kinetic="identity"``).
-    ``kinetic``: ``"learned"`` (the MLP) or ``"identity"`` (α = 0, β = r: SGHMC)."""
-    if kinetic not in ("learned", "identity"):
-        raise ValueError(f"kinetic must be 'learned' or 'identity', got {kinetic!r}")
-    pre = _resolve(meta_params) if kinetic == "learned" else None
-    given = {"eps": eps, "grad_scale": grad_scale, "friction": friction,
-             "noise_mode": noise_mode, "noise_mult": noise_mult, "exp_mult": exp_mult,
-             "precond_mult": precond_mult}
-    base = pre.constants if pre is not None else Constants()
-    constants = replace(base, **{k: v for k, v in given.items() if v is not None})
-    if pre is None:
-        return L2E(problem, IdentityKinetic(), constants)
-    return L2E(problem, LearnedKinetic(pre.meta, constants.exp_mult, constants.precond_mult),
-               constants, meta_digest=_digest(pre.meta, constants))
-
-
 def _digest(meta: dict[str, torch.Tensor], constants: Constants) -> str:
     h = hashlib.sha256(json.dumps(constants.to_dict(), sort_keys=True).encode())
     for k in sorted(meta):
         h.update(k.encode() + meta[k].detach().cpu().double().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+build = builder(L2E)
+ALGORITHM = L2E

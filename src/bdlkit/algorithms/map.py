@@ -10,15 +10,16 @@ The MAP point is a delta "posterior": ``Result.sample(n)`` repeats it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
 from ..optim import AdamState, SGDState, make_optimizer
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, detach_clone, pytree_dataclass, tree_map
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Optimizer, Problem
+from .options import builder
 
 KIND = "optimizer"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -31,15 +32,21 @@ class MAPState:
 
 
 @dataclass(frozen=True)
-class MAP:
-    """``θ ← θ + optimizer_update(∇ℓ(θ))`` with ``ℓ = -value/N``."""
+class MAP(Optimizer):
+    """``θ ← θ + optimizer_update(∇ℓ(θ))`` with ``ℓ = -value/N``.
+
+    Args:
+        lr: per-datum learning rate, a float or a schedule of the step (default 1e-3).
+        optimizer: "adam" or "sgd".
+        momentum: SGD's momentum (unused by Adam).
+    """
 
     problem: Problem
     lr: float | Schedule = 1e-3
-    optimizer: str = "adam"
+    optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
     name: str = "map"
-    kind: str = KIND
+    _opt: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kwargs: dict[str, Any] = {"momentum": self.momentum} if self.optimizer == "sgd" else {}
@@ -67,14 +74,9 @@ class MAP:
         return state.params
 
 
-def build(
-    problem: Problem,
-    lr: float | Schedule = 1e-3,
-    optimizer: str = "adam",
-    momentum: float = 0.9,
-) -> MAP:
-    """MAP with ``optimizer`` in {"adam", "sgd"} (``momentum`` is used by SGD only)."""
-    return MAP(problem, lr=lr, optimizer=optimizer, momentum=momentum)
-
+build = builder(MAP)
 
 __all__ = ["MAP", "MAPState", "build"]
+
+
+ALGORITHM = MAP

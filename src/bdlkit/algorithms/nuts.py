@@ -31,7 +31,7 @@ Info: ``log_prob`` (summed over chains), ``accept_prob``, ``step_size``, ``tree_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -39,7 +39,8 @@ from torch import Tensor
 
 from .. import rng
 from ..tree import TensorTree, detach_clone, pytree_dataclass
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 SITE = ("z",)  # Pyro keys its mass matrix blocks by tuples of site names
@@ -55,8 +56,18 @@ class NUTSState:
 
 
 @dataclass(frozen=True)
-class NUTS:
-    """One Pyro NUTS transition per chain and ``step`` (module docstring)."""
+class NUTS(Sampler):
+    """One Pyro NUTS transition per chain and ``step`` (module docstring).
+
+    Args:
+        step_size: the initial leapfrog step size (adapted during the warm-up).
+        max_tree_depth: the most doublings of a trajectory, an integer in [1, 30].
+        warmup: transitions of Pyro's adaptation (step size, mass matrix); the default
+            burn-in covers them.
+        target_accept: the acceptance probability in (0, 1) the step size adapts to.
+        adapt_mass_matrix: also adapt a diagonal inverse mass matrix during the warm-up
+            (Pyro does so only when ``warmup >= 20``).
+    """
 
     problem: Problem
     step_size: float = 0.1
@@ -65,10 +76,30 @@ class NUTS:
     target_accept: float = 0.8
     adapt_mass_matrix: bool = True
     name: str = "nuts"
-    kind: str = KIND
     full_batch: ClassVar[bool] = True
+    _cache: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        problem = self.problem
+        if not hasattr(problem, "log_prob") and not hasattr(problem, "log_posterior"):
+            raise TypeError(
+                f"nuts needs a Target (log_prob) or a BayesianModel (log_posterior), got "
+                f"{type(problem).__name__}"
+            )
+        if not 0 < _number(self.step_size) < float("inf"):
+            raise ValueError(f"step_size must be a finite number > 0, got {self.step_size!r}")
+        for key, low, high in (("max_tree_depth", 1, 30), ("warmup", 0, float("inf"))):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{key} must be an integer in [{low}, {high}], got {value!r}")
+        if not 0 < _number(self.target_accept) < 1:
+            raise ValueError(f"target_accept must be in (0, 1), got {self.target_accept!r}")
+        if not isinstance(self.adapt_mass_matrix, bool):
+            raise ValueError(f"adapt_mass_matrix must be True or False, got "
+                             f"{self.adapt_mass_matrix!r}")
+        _pyro_nuts()
+        object.__setattr__(self, "step_size", float(self.step_size))
+        object.__setattr__(self, "target_accept", float(self.target_accept))
         object.__setattr__(self, "_cache", {})
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> NUTSState:
@@ -84,7 +115,7 @@ class NUTS:
 
     def step(self, state: NUTSState, batch: Batch) -> tuple[NUTSState, Info]:
         flat = _flatten(state.params)
-        cache: dict[str, Any] = self._cache  # type: ignore[attr-defined]
+        cache = self._cache
         masses = state.inverse_mass.reshape(flat.shape)
         with torch.random.fork_rng(devices=[]), torch.enable_grad():
             torch.set_rng_state(state.rng_state)
@@ -210,34 +241,9 @@ def _number(value: Any) -> float:
     return float(value) if real else float("nan")
 
 
-def build(
-    problem: Problem,
-    step_size: float = 0.1,
-    max_tree_depth: int = 8,
-    warmup: int = 200,
-    target_accept: float = 0.8,
-    adapt_mass_matrix: bool = True,
-) -> NUTS:
-    """NUTS with ``warmup`` adaptation transitions (initial ``step_size``, full batch, CPU)."""
-    if not hasattr(problem, "log_prob") and not hasattr(problem, "log_posterior"):
-        raise TypeError(
-            f"nuts needs a Target (log_prob) or a BayesianModel (log_posterior), got "
-            f"{type(problem).__name__}"
-        )
-    if not 0 < _number(step_size) < float("inf"):
-        raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
-    for key, value, low, high in (("max_tree_depth", max_tree_depth, 1, 30),
-                                  ("warmup", warmup, 0, float("inf"))):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{key} must be an integer in [{low}, {high}], got {value!r}")
-    if not 0 < _number(target_accept) < 1:
-        raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
-    if not isinstance(adapt_mass_matrix, bool):
-        raise ValueError(f"adapt_mass_matrix must be True or False, got {adapt_mass_matrix!r}")
-    _pyro_nuts()
-    return NUTS(problem, step_size=float(step_size), max_tree_depth=max_tree_depth,
-                warmup=warmup, target_accept=float(target_accept),
-                adapt_mass_matrix=adapt_mass_matrix)
-
+build = builder(NUTS)
 
 __all__ = ["NUTS", "NUTSState", "build"]
+
+
+ALGORITHM = NUTS

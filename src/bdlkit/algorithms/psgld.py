@@ -24,8 +24,9 @@ import torch
 from .. import rng
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, detach_clone, device_of, pytree_dataclass, tree_map, zeros_like
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
 from ._sgmcmc import add_noise, check_rate, loss_gradient, noise_variance
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -39,13 +40,29 @@ class PSGLDState:
 
 
 @dataclass(frozen=True)
-class PSGLD:
+class PSGLD(Sampler):
+    """pSGLD with an RMSprop preconditioner (module docstring).
+
+    Args:
+        lr: per-datum step size, a float or a schedule of the step (default 1e-3).
+        beta: decay β in (0, 1) of the RMSprop average V of g ⊙ g (default 0.99).
+        eps: damping λ > 0 of the preconditioner G = 1 / (λ + sqrt(V̂)) (default 1e-5).
+    """
+
     problem: Problem
     lr: float | Schedule = 1e-3
     beta: float = 0.99
     eps: float = 1e-5
     name: str = "psgld"
-    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        check_rate("lr", self.lr)
+        if not 0 < self.beta < 1:
+            raise ValueError(f"beta must be in (0, 1), got {self.beta}")
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+        object.__setattr__(self, "beta", float(self.beta))
+        object.__setattr__(self, "eps", float(self.eps))
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> PSGLDState:
         if params is None:
@@ -75,12 +92,5 @@ class PSGLD:
         return state.params
 
 
-def build(problem: Problem, lr: float | Schedule = 1e-3, beta: float = 0.99,
-          eps: float = 1e-5) -> PSGLD:
-    """pSGLD with per-datum step ``lr``, RMSprop decay ``beta`` and damping ``eps`` (λ)."""
-    check_rate("lr", lr)
-    if not 0 < beta < 1:
-        raise ValueError(f"beta must be in (0, 1), got {beta}")
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
-    return PSGLD(problem, lr=lr, beta=float(beta), eps=float(eps))
+build = builder(PSGLD)
+ALGORITHM = PSGLD

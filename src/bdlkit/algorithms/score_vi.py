@@ -37,10 +37,11 @@ or the curvature average).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import warnings
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -54,6 +55,7 @@ from ..tree import TensorTree, all_finite, device_of, pytree_dataclass, tree_map
 from ..types import Batch, Info, Problem
 from . import score_vi_closed_form as closed_form
 from ._vi_common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
+from .options import builder
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -65,8 +67,10 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
     "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5, "warmup": None,
                     "omega": 0.1, "curvature_decay": 0.99},
 }
-WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run (B.5)
+WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run
 PRECONDITIONERS = ("sigma2", "natural", "none")
+#: True while :meth:`ScoreVI.for_run` re-creates the algorithm: no build warning again.
+_REBINDING = contextvars.ContextVar("score_vi_rebinding", default=False)
 
 
 @pytree_dataclass
@@ -80,29 +84,95 @@ class ScoreVIState:
 
 @dataclass(frozen=True)
 class ScoreVI(DiagGaussianVI):
+    """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
+
+    The options left at None take their solver's value in ``SOLVER_DEFAULTS`` (what the
+    fields then hold); setting one that cannot act in the configuration warns.
+
+    Args:
+        lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2); the
+            closed form has none (ω is its step).
+        optimizer: "adam" or "sgd" (gradient solver).
+        momentum: SGD's momentum in [0, 1), as in advi.
+        num_samples: S draws per step (default: 2, one antithetic pair, for the closed
+            form; 1 for the gradient solver).
+        inner_steps: K optimiser steps per anchor (gradient solver; the closed form solves
+            each anchor's problem exactly, K = 1).
+        alpha_max: the proximal weight after the warm-up, in [0, 1] (default 0.5).
+        warmup: steps over which α rises from 0 to α_max (default: 10 % of the run for
+            the closed form; 0 for the gradient solver).
+        init_std: σ of q₀ around the initial parameters.
+        loss: "rb" (Rao-Blackwellised) or "mc" (Monte Carlo).
+        solver: "gradient" (default; at K = 1 it is ADVI, see the module docstring) or
+            "closed_form" (the proximal argmin).
+        omega: the closed form's damping in (0, 1] (default: 0.1 for the closed form).
+        curvature_decay: β in [0, 1) of the average of the Stein curvature over steps
+            (closed form; 0: this step's estimate only, as in the paper).
+        antithetic: draw S/2 pairs μ_t ± σ_t ε (default: on for the closed form).
+        a_min: precision floor of the closed form (default :func:`precision_floor`).
+        max_step: the closed form's trust region: no coordinate of μ moves by more than
+            this many σ in one step (counted in ``info["step_clipped"]``; default inf:
+            none, as a capped divergence hides from the guard).
+        kld: likelihood inflation 1/kld, kld in (0, 1] (a BayesianModel only).
+        precondition: "sigma2" (default; True), "natural" or "none" (False) for the
+            gradient solver.
+    """
+
     problem: Problem
-    lr: float | Schedule | None = 1e-2
-    optimizer: str = "adam"
+    lr: float | Schedule | None = None
+    optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
-    num_samples: int = 1
+    num_samples: int | None = None
     inner_steps: int = 1
-    alpha_max: float = 0.5
-    warmup: int | None = 0
+    alpha_max: float | None = None
+    warmup: int | None = None
     init_std: float = 1e-2
-    loss: str = "rb"
-    solver: str = "gradient"
+    loss: Literal["rb", "mc"] = "rb"
+    solver: Literal["gradient", "closed_form"] = "gradient"
     omega: float | None = None
-    curvature_decay: float = 0.0
-    antithetic: bool = False
+    curvature_decay: float | None = None
+    antithetic: bool | None = None
     a_min: float | None = None
     max_step: float = float("inf")
     kld: float = 1.0
-    precondition: str = "sigma2"
+    precondition: Literal["sigma2", "natural", "none"] | bool = "sigma2"
     name: str = "score_vi"
-    kind: str = KIND
+    _opt: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_opt", make_opt(self.optimizer, self.momentum))
+        """Check the options and resolve those left at None (idempotent: a resolved
+        algorithm re-created by ``dataclasses.replace`` keeps its values)."""
+        solver, inner_steps, set_attr = self.solver, self.inner_steps, object.__setattr__
+        if solver not in SOLVER_DEFAULTS:
+            raise ValueError(f"solver must be 'closed_form' or 'gradient', got {solver!r}")
+        if solver == "closed_form" and inner_steps != 1:
+            raise ValueError(f"inner_steps={inner_steps}: the closed form solves each anchor's "
+                             "problem exactly (K = 1); use solver='gradient' for K > 1")
+        defaults = SOLVER_DEFAULTS[solver]
+        given = {k: getattr(self, k) for k in defaults}
+        quiet = _REBINDING.get()
+        if not quiet:
+            _warn_inert(solver, inner_steps, given)
+        opts = {k: (defaults[k] if v is None else v) for k, v in given.items()}
+        if isinstance(self.precondition, bool):
+            set_attr(self, "precondition", "sigma2" if self.precondition else "none")
+        _check(self.problem, solver, self.loss, self.precondition, inner_steps, self.init_std,
+               self.kld, self.a_min, self.max_step, opts)
+        if solver == "closed_form" and isinstance(self.problem, BayesianModel) and not quiet:
+            warnings.warn("score_vi: the closed-form solver is experimental on networks: on "
+                          "the MNIST MLP of `bdlkit bench score-vi-study` it is behind ADVI at "
+                          "every omega and fails at omega=0.1 (its per-weight Stein curvature "
+                          "is too noisy for its Newton-like steps); solver='gradient' is the "
+                          "tested default", stacklevel=4)  # build's caller
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        opts["num_samples"] = int(opts["num_samples"])
+        for name, kind in (("momentum", float), ("inner_steps", int), ("init_std", float),
+                           ("max_step", float), ("kld", float)):
+            opts[name] = kind(getattr(self, name))
+        for name, value in opts.items():
+            set_attr(self, name, value)
+        set_attr(self, "_opt", make_opt(self.optimizer, self.momentum))
 
     @property
     def step_size_param(self) -> str:
@@ -113,7 +183,11 @@ class ScoreVI(DiagGaussianVI):
         """Bind ``warmup=None`` to 10 % of the run (the runner calls this)."""
         if self.warmup is not None:
             return self
-        return dataclasses.replace(self, warmup=max(1, int(WARMUP_FRACTION * total_steps)))
+        token = _REBINDING.set(True)  # the user was warned when building it
+        try:
+            return dataclasses.replace(self, warmup=max(1, int(WARMUP_FRACTION * total_steps)))
+        finally:
+            _REBINDING.reset(token)
 
     def init(self, params: TensorTree | DiagGaussianParams | None = None, *,
              generator: torch.Generator) -> ScoreVIState:
@@ -125,10 +199,10 @@ class ScoreVI(DiagGaussianVI):
                             step=0)
 
     def alpha(self, step: int) -> float:
-        """α_t = α_max · min(1, t / warmup) (B.5); no warm-up when ``warmup`` is 0 or unbound."""
+        """α_t = α_max · min(1, t / warmup) (docs/score_vi.md); no warm-up when ``warmup`` is 0 or unbound."""
         return self.alpha_max * min(1.0, step / self.warmup) if self.warmup else self.alpha_max
 
-    def draws(self, anchor: DiagGaussianParams, gen: torch.Generator) -> TensorTree:
+    def anchor_draws(self, anchor: DiagGaussianParams, gen: torch.Generator) -> TensorTree:
         """S draws of q_t: independent, or S/2 antithetic pairs μ_t ± σ_t ε."""
         if not self.antithetic:
             return family.sample(anchor, self.num_samples, gen)
@@ -141,7 +215,7 @@ class ScoreVI(DiagGaussianVI):
         anchor = state.lam if t % self.inner_steps == 0 else state.anchor
         alpha = self.alpha(t // self.inner_steps * self.inner_steps)
         gen = rng.from_state(state.rng_state, device=device_of(anchor.mu))
-        thetas = self.draws(anchor, gen)  # (S, ...) from q_t, no grad
+        thetas = self.anchor_draws(anchor, gen)  # (S, ...) from q_t, no grad
         value, scores = minibatch_scores(self.problem, thetas, batch, self.kld)
         info: dict[str, Any] = {"log_prob": value, "alpha": alpha}
         if self.solver == "closed_form" and not all_finite((value, scores)):
@@ -209,7 +283,7 @@ def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: 
 def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
                  scores: TensorTree, alpha: float, centred: bool = False,
                  antithetic: bool = False) -> DiagGaussianParams:
-    """∇_λ of the Rao-Blackwellised loss (B.4.3), per coordinate, with a = 1/σ²::
+    """∇_λ of the Rao-Blackwellised loss (docs/vi.md), per coordinate, with a = 1/σ²::
 
         ∂μ = 2(1+α) a² (μ − μ_t) − 2a·mean_k ŝ_k
         ∂a = α[2a(μ − μ_t)² − 2(a_t − a)σ_t²] + 2a(σ_t² + (μ_t − μ)²) + 2·mean_k (θ_k − μ) ŝ_k
@@ -253,7 +327,7 @@ def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,
 
 def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
                  scores: TensorTree, alpha: float) -> DiagGaussianParams:
-    """∇_λ of the plain Monte Carlo loss (B.4.2), R_k = (1+α) g_λ(θ_k) − α g_t(θ_k) − ŝ_k::
+    """∇_λ of the plain Monte Carlo loss (docs/vi.md), R_k = (1+α) g_λ(θ_k) − α g_t(θ_k) − ŝ_k::
 
         ∂μ = mean_k 2 R_k / σ²,   ∂ρ = mean_k 4 R_k (θ_k − μ) / σ²
     """
@@ -271,87 +345,9 @@ def _per_leaf(fn, lam, anchor, thetas, scores) -> DiagGaussianParams:
     return DiagGaussianParams(mu=mu, rho=rho)
 
 
-def build(
-    problem: Problem,
-    lr: float | Schedule | None = None,
-    optimizer: str = "adam",
-    momentum: float = 0.9,
-    num_samples: int | None = None,
-    inner_steps: int = 1,
-    alpha_max: float | None = None,
-    warmup: int | None = None,
-    init_std: float = 1e-2,
-    loss: str = "rb",
-    solver: str = "gradient",
-    omega: float | None = None,
-    curvature_decay: float | None = None,
-    antithetic: bool | None = None,
-    a_min: float | None = None,
-    max_step: float = float("inf"),
-    kld: float = 1.0,
-    precondition: str | bool = "sigma2",
-) -> ScoreVI:
-    """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
-
-    Args:
-        problem: a Target or BayesianModel.
-        lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2); the
-            closed form has none (ω is its step).
-        optimizer: "adam" or "sgd" (gradient solver); ``momentum`` is SGD's, as in advi.
-        num_samples: S draws per step (default: 2, one antithetic pair, for the closed
-            form; 1 for the gradient solver).
-        inner_steps: K optimiser steps per anchor (gradient solver; the closed form solves
-            each anchor's problem exactly, K = 1).
-        alpha_max: the proximal weight after the warm-up, in [0, 1] (default 0.5).
-        warmup: steps over which α rises from 0 to α_max (default: 10 % of the run for
-            the closed form; 0 for the gradient solver).
-        init_std: σ of q₀ around the initial parameters.
-        loss: "rb" (Rao-Blackwellised) or "mc" (Monte Carlo).
-        solver: "gradient" (default; at K = 1 it is ADVI, see the module docstring) or
-            "closed_form" (the proximal argmin).
-        omega: the closed form's damping in (0, 1] (default in ``SOLVER_DEFAULTS``).
-        curvature_decay: β in [0, 1) of the average of the Stein curvature over steps
-            (closed form; 0: this step's estimate only, as in the paper).
-        antithetic: draw S/2 pairs μ_t ± σ_t ε (default: on for the closed form).
-        a_min: precision floor of the closed form (default :func:`precision_floor`).
-        max_step: the closed form's trust region: no coordinate of μ moves by more than
-            this many σ in one step (counted in ``info["step_clipped"]``; default inf:
-            none, as a capped divergence hides from the guard).
-        kld: likelihood inflation 1/kld, kld in (0, 1] (a BayesianModel only).
-        precondition: "sigma2" (default; True), "natural" or "none" (False) for the
-            gradient solver.
-    """
-    if solver not in SOLVER_DEFAULTS:
-        raise ValueError(f"solver must be 'closed_form' or 'gradient', got {solver!r}")
-    given = {"lr": lr, "num_samples": num_samples, "antithetic": antithetic, "alpha_max": alpha_max,
-             "warmup": warmup, "omega": omega, "curvature_decay": curvature_decay}
-    _warn_inert(solver, inner_steps, given)
-    opts = {k: (SOLVER_DEFAULTS[solver][k] if v is None else v) for k, v in given.items()}
-    if isinstance(precondition, bool):
-        precondition = "sigma2" if precondition else "none"
-    _check(problem, solver, loss, precondition, inner_steps, init_std, kld, a_min, max_step,
-           opts)
-    if solver == "closed_form" and isinstance(problem, BayesianModel):
-        warnings.warn("score_vi: the closed-form solver is experimental on networks: on the "
-                      "MNIST MLP of `bdlkit bench score-vi-study` it is behind ADVI at every "
-                      "omega and fails at omega=0.1 (its per-weight Stein curvature is too "
-                      "noisy for its Newton-like steps); solver='gradient' is the tested "
-                      "default", stacklevel=2)
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-    return ScoreVI(problem, optimizer=optimizer, momentum=float(momentum),
-                   inner_steps=int(inner_steps),
-                   init_std=float(init_std), loss=loss, solver=solver, a_min=a_min,
-                   max_step=float(max_step),
-                   kld=float(kld), precondition=precondition,
-                   **{**opts, "num_samples": int(opts["num_samples"])})
-
-
 def _warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
-    """Warn about options the user set that cannot act in this configuration."""
-    if solver == "closed_form" and inner_steps != 1:
-        raise ValueError(f"inner_steps={inner_steps}: the closed form solves each anchor's "
-                         "problem exactly (K = 1); use solver='gradient' for K > 1")
+    """Warn about options the user set that cannot act in this configuration (set: not
+    None and not the solver's default, which a resolved algorithm holds)."""
     rules = [  # (solver, needs K = 1, options, why and fix)
         ("gradient", False, ("omega", "curvature_decay"),
          "they are options of solver='closed_form'"),
@@ -362,10 +358,12 @@ def _warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
          "the closed form takes damped argmin steps of size omega, not lr: set omega"),
     ]
     for rule_solver, only_k1, keys, why in rules:
-        inert = [k for k in keys if given[k] is not None]
+        inert = [k for k in keys
+                 if given[k] is not None and given[k] != SOLVER_DEFAULTS[solver][k]]
         if inert and solver == rule_solver and (inner_steps == 1 or not only_k1):
             warnings.warn(f"score_vi: {', '.join(inert)} cannot act with solver={solver!r} "
-                          f"and inner_steps={inner_steps} ({why})", stacklevel=3)
+                          f"and inner_steps={inner_steps} ({why})",
+                          stacklevel=5)  # build's caller
 
 
 def _check(problem: Problem, solver: str, loss: str, precondition: str, inner_steps: Any,
@@ -414,8 +412,13 @@ def _check(problem: Problem, solver: str, loss: str, precondition: str, inner_st
         raise ValueError(f"lr must be > 0, got {lr}")
 
 
+build = builder(ScoreVI)
+
 __all__ = [
     "SOLVER_DEFAULTS", "ScoreVI", "ScoreVIState", "anchored_rb_gradients", "build",
     "cross_term", "mc_gradients", "minibatch_scores", "natural_precondition",
     "precision_floor", "rb_gradients",
 ]
+
+
+ALGORITHM = ScoreVI

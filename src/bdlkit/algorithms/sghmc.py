@@ -1,7 +1,7 @@
 """Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin, ICML 2014).
 
 The "SGD with momentum" form of Chen et al. (their eq. 15), in bdlkit's SG-MCMC
-convention (``_sgmcmc``, ``docs/conventions.md``, ``algorithms.md`` A.4.1): with g the
+convention (``_sgmcmc``, ``docs/conventions.md``, ``docs/sgmcmc.md``): with g the
 minibatch gradient of the per-datum untempered loss, friction α ∈ (0, 1], the problem's
 temperature T and N = ``num_data``::
 
@@ -36,8 +36,9 @@ from ..tree import (
     tree_map,
     zeros_like,
 )
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
 from ._sgmcmc import add_noise, check_rate, loss_gradient, noise_variance
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -74,14 +75,29 @@ def momentum_step(
 
 
 @dataclass(frozen=True)
-class SGHMC:
+class SGHMC(Sampler):
+    """SGHMC in the momentum-SGD form (module docstring).
+
+    Args:
+        lr: per-datum step size, a float or a schedule of the step (default 0.01).
+        alpha: friction α in (0, 1]; the momentum is 1 − α, and α = 1 is SGLD.
+        noise_estimate: subtract Chen et al.'s estimate of the minibatch gradient's own
+            noise from the injected noise.
+        noise_decay: decay in [0, 1) of the running moments behind ``noise_estimate``.
+    """
+
     problem: Problem
     lr: float | Schedule = 0.01
     alpha: float = 0.1
     noise_estimate: bool = False
     noise_decay: float = 0.99
     name: str = "sghmc"
-    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        check_rate("lr", self.lr)
+        check_friction(self.alpha, self.noise_decay)
+        for name, kind in (("alpha", float), ("noise_estimate", bool), ("noise_decay", float)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> SGHMCState:
@@ -137,16 +153,5 @@ def check_friction(alpha: float, noise_decay: float = 0.99) -> None:
         raise ValueError(f"noise_decay must be in [0, 1), got {noise_decay}")
 
 
-def build(
-    problem: Problem,
-    lr: float | Schedule = 0.01,
-    alpha: float = 0.1,
-    noise_estimate: bool = False,
-    noise_decay: float = 0.99,
-) -> SGHMC:
-    """SGHMC with per-datum step ``lr``, friction ``alpha`` (momentum 1 − α) and, with
-    ``noise_estimate``, Chen et al.'s correction for the minibatch gradient's own noise."""
-    check_rate("lr", lr)
-    check_friction(alpha, noise_decay)
-    return SGHMC(problem, lr=lr, alpha=float(alpha), noise_estimate=bool(noise_estimate),
-                 noise_decay=float(noise_decay))
+build = builder(SGHMC)
+ALGORITHM = SGHMC

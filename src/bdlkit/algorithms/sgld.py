@@ -1,7 +1,7 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
 
-In bdlkit's SG-MCMC convention (``_sgmcmc``, ``docs/conventions.md``, ``algorithms.md``
-A.4.1), with g the minibatch gradient of the per-datum untempered loss, T the problem's
+In bdlkit's SG-MCMC convention (``_sgmcmc``, ``docs/conventions.md``, ``docs/sgmcmc.md``),
+with g the minibatch gradient of the per-datum untempered loss, T the problem's
 temperature and N = ``num_data``::
 
     θ_{t+1} = θ_t − lr_t · g(θ_t) + sqrt(2 · lr_t · T / N) · ξ_t,   ξ_t ~ N(0, I)
@@ -21,8 +21,9 @@ import torch
 from .. import rng
 from ..schedules import Schedule, resolve
 from ..tree import TensorTree, detach_clone, device_of, pytree_dataclass, tree_map
-from ..types import Batch, Info, Problem
+from ..types import Batch, Info, Problem, Sampler
 from ._sgmcmc import add_noise, check_rate, loss_gradient, noise_variance
+from .options import builder
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.types.Algorithm
 
@@ -35,14 +36,23 @@ class SGLDState:
 
 
 @dataclass(frozen=True)
-class SGLD:
+class SGLD(Sampler):
+    """SGLD (module docstring).
+
+    Args:
+        lr: per-datum step size, a float or a schedule of the step (default 0.1): the step
+            is η = lr·T/N on the tempered potential.
+    """
+
     #: 2: the per-datum untempered drift (T scales only the noise); 1 scaled the drift by 1/T.
     #: Checkpoints of another version are not resumed (bdlkit.Runner.fingerprint).
     VERSION: ClassVar[int] = 2
     problem: Problem
     lr: float | Schedule = 0.1
     name: str = "sgld"
-    kind: str = KIND
+
+    def __post_init__(self) -> None:
+        check_rate("lr", self.lr)
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> SGLDState:
         if params is None:
@@ -65,7 +75,5 @@ class SGLD:
         return state.params
 
 
-def build(problem: Problem, lr: float | Schedule = 0.1) -> SGLD:
-    """SGLD with per-datum step ``lr`` (η = lr·T/N on the tempered potential)."""
-    check_rate("lr", lr)
-    return SGLD(problem, lr=lr)
+build = builder(SGLD)
+ALGORITHM = SGLD

@@ -76,7 +76,6 @@ import torch
 from .. import algorithms
 from .. import models as zoo
 from ..problems import BayesianModel
-from ..runner import for_run
 from .common import prepare_bench_out, warm_up, write_results
 from .efficiency_report import (
     GOALS,
@@ -249,7 +248,7 @@ def _problem(model_name: str, seed: int, dev: torch.device
 def _build(method: str, problem: BayesianModel, seed: int) -> tuple[Any, Any]:
     name, hyper = METHOD_SPECS.get(method, (method, {}))
     # a schedule tied to the run length (cyclical samplers) as for a 1 000-step run
-    algorithm = for_run(algorithms.get_method(name).build(problem, **hyper), RUN_LENGTH)
+    algorithm = algorithms.get_method(name).build(problem, **hyper).for_run(RUN_LENGTH)
     return algorithm, algorithm.init(generator=torch.Generator().manual_seed(seed))
 
 

@@ -28,7 +28,7 @@ from ..algorithms import get_method
 from ..batches import Batches
 from ..problems import BayesianModel
 from ..rng import fold_in
-from ..runner import DATA_SEED_SALT, Runner, default_store
+from ..runner import DATA_SEED_SALT, Runner
 from .common import prepare_bench_out, warm_up, write_results
 
 DESCRIPTION = "Runner overhead over a bare step loop (memory, run dir with checkpoints)"
@@ -75,7 +75,6 @@ def _once(mode: str, algorithm: Any, ds: Any, steps: int, seed: int) -> dict[str
     if mode == "memory":
         return Runner(algorithm, ds, seed=seed).fit(steps).params
     with tempfile.TemporaryDirectory() as tmp:
-        runner = Runner(algorithm, ds, seed=seed, run_dir=tmp, log_every=10,
-                        checkpoint_every=max(1, steps // 10))
-        runner.store = default_store(steps, False, Path(tmp))
-        return runner.fit(steps).params
+        runner = Runner(algorithm, ds, steps=steps, seed=seed, run_dir=tmp, log_every=10,
+                        checkpoint_every=max(1, steps // 10))  # the store under tmp/samples
+        return runner.fit().params

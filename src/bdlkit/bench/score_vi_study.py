@@ -110,7 +110,7 @@ def _gaussian(seed: int, budgets: tuple[int, ...], echo: bool) -> list[dict[str,
 
 def _build(method: str, problem: Any, hyper: dict[str, Any], steps: int) -> Any:
     alg = (advi if method == "advi" else score_vi).build(problem, **hyper)
-    return alg.for_run(steps) if hasattr(alg, "for_run") else alg
+    return alg.for_run(steps)
 
 
 def _mnist(seed: int, steps: int, echo: bool) -> list[dict[str, Any]]:

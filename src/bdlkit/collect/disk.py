@@ -59,12 +59,17 @@ class DiskStore(SampleStore):
                 f"{self.path} already holds a sample store; use DiskStore.open({str(self.path)!r})"
                 " to read it, or pick another folder"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
         self._shards: list[dict[str, Any]] = []  # {"file": name, "count": draws}
         self._offset = 0  # draws skipped at the front of the first shard (cap)
         self._next_index = 0
         self._pending: list[Flat] = []  # draws not yet in a shard
         self._garbage: list[str] = []  # shards dropped by the cap, not yet deleted
+
+    def _folder(self) -> Path:
+        """The store's folder, created on the first write (so building a store, e.g. in
+        a runner that is never run, leaves nothing on disk)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self.path
 
     def __repr__(self) -> str:
         return f"DiskStore({str(self.path)!r}, {len(self)} draws)"
@@ -95,7 +100,7 @@ class DiskStore(SampleStore):
         if not self._read_only:
             if self._pending:
                 self._write_shard()
-            save_json(self.path / MANIFEST, self._manifest())
+            save_json(self._folder() / MANIFEST, self._manifest())
 
     def state_dict(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
         """Flush, then return the manifest and no tensors (the shards hold the draws)."""
@@ -111,7 +116,7 @@ class DiskStore(SampleStore):
         if self._read_only:
             raise RuntimeError(f"{self!r} is a read-only view (DiskStore.open); cannot restore")
         self._restore(_parse_meta(meta, DISK_KIND, f"checkpoint of the store in {self.path}"))
-        save_json(self.path / MANIFEST, self._manifest())
+        save_json(self._folder() / MANIFEST, self._manifest())
         listed = {s["file"] for s in self._shards}
         for f in self.path.iterdir():
             temp = f.name.startswith((".shard-", f".{MANIFEST}.")) and f.name.endswith(".tmp")
@@ -121,7 +126,7 @@ class DiskStore(SampleStore):
     def collect_garbage(self) -> None:
         """Rewrite the manifest, then delete the shard files the cap has dropped."""
         if self._garbage:
-            save_json(self.path / MANIFEST, self._manifest())
+            save_json(self._folder() / MANIFEST, self._manifest())
             for name in self._garbage:
                 (self.path / name).unlink(missing_ok=True)
             self._garbage = []
@@ -146,11 +151,11 @@ class DiskStore(SampleStore):
                 self._offset = 0
         if len(self._pending) >= self.shard_size:
             self._write_shard()
-            save_json(self.path / MANIFEST, self._manifest())
+            save_json(self._folder() / MANIFEST, self._manifest())
 
     def _write_shard(self) -> None:
         name = f"shard-{self._next_index:06d}.safetensors"
-        save_tensors(self.path / name, self._stack(self._pending))
+        save_tensors(self._folder() / name, self._stack(self._pending))
         self._shards.append({"file": name, "count": len(self._pending)})
         self._next_index += 1
         self._pending = []

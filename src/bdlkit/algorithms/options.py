@@ -1,0 +1,144 @@
+"""A method's options, declared once: the fields of its algorithm dataclass.
+
+Each algorithm class states its hyperparameters as dataclass fields (name, type,
+default) and documents each in the ``Args:`` section of its docstring; choices are the
+values of a ``Literal[...]`` type. Everything else is derived from that one place:
+
+- :func:`builder` makes the module's ``build(problem, **hyper)`` (its signature is the
+  fields', so ``inspect.signature(build)`` lists the options);
+- :func:`options` gives each option's default, one-line help and allowed values, for
+  ``bdlkit fit --method M --help``, the config checks and the docs;
+- :func:`check_choices` rejects a value outside a ``Literal`` (called from
+  ``__post_init__``).
+
+The ``Args:`` parser is a few lines for the Google style the project writes; docstring
+libraries (e.g. docstring_parser) would add a dependency for exactly this.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..types import hyperparameter_fields
+
+_LITERAL = re.compile(r"Literal\[([^\]]*)\]")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One hyperparameter of a method."""
+
+    name: str
+    default: Any
+    annotation: str
+    help: str
+    choices: tuple[Any, ...] | None
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+def arg_docs(doc: str | None) -> dict[str, str]:
+    """``{name: one-line text}`` of the ``Args:`` section of a Google-style docstring."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Args:") + 1
+    except StopIteration:
+        return {}
+    out: dict[str, str] = {}
+    indent, name = None, None
+    for line in lines[start:]:
+        if not line.strip():
+            continue
+        width = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = width
+        if width < indent:  # the section ended
+            break
+        match = re.match(r"(\w+)(?: \([^)]*\))?:\s*(.*)", line.strip())
+        if width == indent and match:
+            name = match.group(1)
+            out[name] = match.group(2)
+        elif name is not None:
+            out[name] = f"{out[name]} {line.strip()}".strip()
+    return out
+
+
+def choices_of(annotation: Any) -> tuple[Any, ...] | None:
+    """The values of a ``Literal[...]`` in a (string) annotation, else ``None``."""
+    match = _LITERAL.search(str(annotation))
+    if match is None:
+        return None
+    return tuple(ast.literal_eval(f"({match.group(1)},)"))
+
+
+def options(cls: type) -> list[Option]:
+    """The options of algorithm class ``cls``, in field order; an option a subclass does
+    not document again keeps its base class's ``Args:`` line."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        docs.update(arg_docs(klass.__doc__) if dataclasses.is_dataclass(klass) else {})
+    out = []
+    for f in hyperparameter_fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = inspect.Parameter.empty
+        out.append(Option(f.name, default, str(f.type), docs.get(f.name, ""),
+                          choices_of(f.type)))
+    return out
+
+
+def undocumented(cls: type) -> list[str]:
+    """The options of ``cls`` without an ``Args:`` entry (``register`` refuses them)."""
+    return [o.name for o in options(cls) if not o.help]
+
+
+def check_choices(obj: Any) -> None:
+    """Raise ``ValueError`` for a field of ``obj`` outside its ``Literal`` choices."""
+    for option in options(type(obj)):
+        value = getattr(obj, option.name)
+        if option.choices is not None and value not in option.choices:
+            allowed = ", ".join(repr(c) for c in option.choices)
+            raise ValueError(f"{option.name} must be one of {allowed}; got {value!r}")
+
+
+def builder(cls: type) -> Callable[..., Any]:
+    """``build(problem, **hyper) -> cls(problem, **hyper)``, with the options' signature."""
+    names = [o.name for o in options(cls)]
+
+    def build(problem: Any, *args: Any, **hyper: Any) -> Any:
+        if len(args) > len(names):
+            raise TypeError(f"build() takes {len(names)} options after problem, "
+                            f"{len(args)} were given")
+        for name, value in zip(names, args, strict=False):
+            if name in hyper:
+                raise TypeError(f"build() got two values for {name!r}")
+            hyper[name] = value
+        unknown = sorted(set(hyper) - set(names))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no option {unknown[0]!r}; options: "
+                            f"{', '.join(names) or 'none'}")
+        return cls(problem, **hyper)
+
+    param = inspect.Parameter
+    build.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [param("problem", param.POSITIONAL_OR_KEYWORD)]
+        + [param(o.name, param.POSITIONAL_OR_KEYWORD, default=o.default,
+                 annotation=o.annotation) for o in options(cls)],
+        return_annotation=cls.__name__,
+    )
+    build.__doc__ = (f"Build :class:`{cls.__module__}.{cls.__name__}` on ``problem``; the "
+                     "options are its fields (its docstring's ``Args:``).")
+    build.__qualname__ = build.__name__ = "build"
+    build.__module__ = cls.__module__
+    return build

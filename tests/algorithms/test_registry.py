@@ -1,0 +1,94 @@
+"""Registering a method: one file (``toy_method``) plus one ``register`` line, checked once."""
+
+import dataclasses
+import types
+
+import pytest
+import torch
+import toy_method
+
+import bdlkit
+from bdlkit import algorithms
+from bdlkit.algorithms import options
+from bdlkit.cli import main
+
+F64 = torch.float64
+
+
+@pytest.fixture
+def toy():
+    algorithms.register("toy", toy_method, "gradient ascent (a test method)")
+    yield toy_method
+    algorithms.unregister("toy")
+
+
+def _gaussian():
+    mean = torch.tensor([1.0, -2.0], dtype=F64)
+    return bdlkit.Target(lambda t: -0.5 * ((t - mean) ** 2).sum(-1), dim=2, dtype=F64), mean
+
+
+def test_a_registered_toy_method_runs_through_infer_and_the_cli(toy, capsys):
+    target, mean = _gaussian()
+    result = bdlkit.infer(target, "toy", steps=200, lr=0.1)
+    assert result.kind == "optimizer" and result.method == "toy"
+    assert torch.allclose(result.params, mean, atol=1e-6)  # 0.9^200 of the start is left
+    assert torch.equal(result.sample(3)[0], result.params)  # an optimiser's draw is its point
+    with pytest.raises(SystemExit):
+        main(["fit", "--method", "toy", "--help"])
+    out = capsys.readouterr().out
+    assert "step size per datum (default 0.1)" in out
+    assert "one of ascent, descent" in out
+
+
+def test_every_registered_method_documents_every_option():
+    for name, module in algorithms.METHODS.items():
+        assert options.undocumented(module.ALGORITHM) == [], name
+        assert module.KIND == module.ALGORITHM.kind, name
+
+
+def test_registration_checks_the_declarations(toy):
+    with pytest.raises(ValueError, match="already registered"):
+        algorithms.register("toy", toy_method, "again")
+
+    @dataclasses.dataclass(frozen=True)
+    class Undocumented(toy_method.GradientAscent):
+        """No Args: section here."""
+
+        momentum: float = 0.5
+
+    bad = types.ModuleType("bad")
+    bad.ALGORITHM, bad.KIND = Undocumented, "optimizer"
+    bad.build = options.builder(Undocumented)
+    with pytest.raises(TypeError, match="without a line in Undocumented's Args"):
+        algorithms.register("bad", bad, "")
+    bad.ALGORITHM, bad.KIND = toy_method.GradientAscent, "sampler"
+    with pytest.raises(TypeError, match="KIND='sampler' must be 'optimizer'"):
+        algorithms.register("bad", bad, "")
+    bad.ALGORITHM = object
+    with pytest.raises(TypeError, match="ALGORITHM must be a class deriving"):
+        algorithms.register("bad", bad, "")
+    assert "bad" not in algorithms.METHODS
+
+
+def test_options_come_from_the_fields_and_the_docstring():
+    opts = {o.name: o for o in options.options(toy_method.GradientAscent)}
+    assert list(opts) == ["lr", "direction"]
+    assert opts["direction"].choices == ("ascent", "descent")
+    assert opts["lr"].default == 0.1 and opts["lr"].help == "step size per datum."
+    target, _ = _gaussian()
+    with pytest.raises(ValueError, match="direction must be one of 'ascent', 'descent'"):
+        toy_method.build(target, direction="sideways")
+    with pytest.raises(TypeError, match="no option 'momentum'"):
+        toy_method.build(target, momentum=0.9)
+    assert toy_method.build(target, 0.5).lr == 0.5  # positional, in field order
+
+
+@pytest.mark.parametrize("method", ["score_vi", "l2e", "csgld", "ensemble"])
+def test_fit_help_shows_every_options_help_line(method, capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--method", method, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for option in options.options(algorithms.get_method(method).ALGORITHM):
+        assert f"--{option.name.replace('_', '-')}" in out, option.name
+        words = " ".join(option.help.replace("``", "").split()[:4]).rstrip(".")
+        assert words and words in out, (option.name, words)
