@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from bdlkit.batches import Batches
+from bdlkit.engine.batches import Batches
 
 
 def _data(n=10):

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from bdlkit.checkpoint import (
+from bdlkit.core.serialization import CorruptFileError
+from bdlkit.engine.checkpoint import (
     Checkpoint,
     global_rng_state,
     latest_checkpoint,
@@ -12,7 +13,6 @@ from bdlkit.checkpoint import (
     save_checkpoint,
     set_global_rng_state,
 )
-from bdlkit.serialization import CorruptFileError
 
 
 def _ckpt(step=7):

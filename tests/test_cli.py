@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from bdlkit import algorithms, data, models
-from bdlkit.checkpoint import list_checkpoints, load_checkpoint
 from bdlkit.cli import main
-from bdlkit.config import load_yaml
+from bdlkit.engine.checkpoint import list_checkpoints, load_checkpoint
+from bdlkit.runs.config import load_yaml
 
 PNG = b"\x89PNG\r\n\x1a\n"
 QUICK = ["--steps", "20", "--log-every", "5", "--no-progress"]

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from bdlkit import algorithms
-from bdlkit.config import (
+from bdlkit.runs.config import (
     RunConfig,
     check_keys,
     load_yaml,

@@ -48,7 +48,7 @@ def test_issue_acceptance_evaluate_digits_writes_nll_ece_brier(run):
 
 
 def test_reference_probabilities_give_agreement_and_tv(run, tmp_path):
-    from bdlkit.run import load_run
+    from bdlkit.runs.directory import load_run
 
     result, cfg, ds = load_run(run)
     probs = result.predict(ds.x_test).double().numpy()
@@ -90,8 +90,8 @@ def test_regression_run_metrics(tmp_path):
 
 
 def test_diagnostics_stream_the_store_and_never_load_every_draw(digits_run):
-    from bdlkit.diagnostics_report import sampler_diagnostics
-    from bdlkit.run import load_run
+    from bdlkit.evaluation.sampling import sampler_diagnostics
+    from bdlkit.runs.directory import load_run
 
     result, cfg, ds = load_run(digits_run)
     diag = sampler_diagnostics(result, ds.x_test[:16])
@@ -109,7 +109,7 @@ def test_single_draw_runs_have_no_mutual_information(tmp_path):
 
 
 def test_reference_must_hold_probabilities(run, tmp_path, capsys):
-    from bdlkit.run import load_run
+    from bdlkit.runs.directory import load_run
 
     result, cfg, ds = load_run(run)
     log_probs = result.predict(ds.x_test).double().log().numpy()
@@ -126,7 +126,7 @@ def test_overwriting_a_sampler_run_with_map_leaves_no_stale_plots(run):
 
 
 def test_vi_run_report_has_sigma_per_layer_and_the_run_warns_it_never_moved(tmp_path):
-    from bdlkit.errors import PointEstimateWarning
+    from bdlkit.core.errors import PointEstimateWarning
 
     out = tmp_path / "advi"
     with pytest.warns(PointEstimateWarning, match="close to a point estimate"):

@@ -144,7 +144,7 @@ def test_vi_defaults_on_a_badly_scaled_far_posterior_reach_the_exact_mean():
     assert ((q.mean - mean) / sds).abs().max() < 0.5
     assert ((q.mean - mean) / mean_field).abs().max() < 0.5  # even in the mean-field sds
     assert ((q.std - mean_field) / mean_field).abs().max() < 0.3
-    with pytest.warns(bdlkit.errors.NotConvergedWarning):
+    with pytest.warns(bdlkit.core.errors.NotConvergedWarning):
         old = bdlkit.infer(target, "advi", steps=2000, seed=0, start="init")
     assert ((old.algorithm.approximation(old.state).mean - mean) / sds).abs().max() > 5
 
@@ -170,7 +170,7 @@ def test_laplace_started_results_are_in_theta_and_round_trip(tmp_path):
 def test_explicit_init_or_start_init_disables_the_laplace_start():
     target = standard_normal()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bdlkit.errors.VIWarning)  # 5 steps: not converged
+        warnings.simplefilter("ignore", bdlkit.core.errors.VIWarning)  # 5 steps: not converged
         assert bdlkit.infer(target, "advi", steps=5, init=torch.zeros(3)).config["start"] == "init"
         assert bdlkit.infer(target, "advi", steps=5, start="init").config["start"] == "init"
     for kwargs, match in (({"init": torch.zeros(3), "start": "laplace"}, "with init="),
@@ -191,7 +191,7 @@ def test_without_a_usable_mode_the_run_warns_and_starts_from_init_params():
 
     target = bdlkit.Target(log_prob, 3, "branchy")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bdlkit.errors.VIWarning)  # 50 steps: σ has not moved
+        warnings.simplefilter("ignore", bdlkit.core.errors.VIWarning)  # 50 steps: σ has not moved
         with pytest.warns(UserWarning, match="no Laplace start for 'branchy'.*start='init'"):
             res = bdlkit.infer(target, "advi", steps=50)
     assert res.config["start"] == "init"

@@ -1,13 +1,11 @@
-"""bdlkit.laplace: the mode, the diagonal Laplace scales, the change of variables and the map back."""
+"""bdlkit.algorithms.vi.laplace: the mode, the diagonal Laplace scales, the change of variables and the map back."""
 
 import math
 
 import torch
 
 import bdlkit
-from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
-from bdlkit.families.full_gaussian import FullGaussian, FullGaussianParams
-from bdlkit.laplace import (
+from bdlkit.algorithms.vi.laplace import (
     find_mode,
     gaussian_to_theta,
     hessian_diagonal,
@@ -15,6 +13,8 @@ from bdlkit.laplace import (
     standardized,
     state_to_theta,
 )
+from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.families.full_gaussian import FullGaussian, FullGaussianParams
 from bdlkit.problems import Reference
 
 F64 = torch.float64

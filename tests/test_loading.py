@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import bdlkit
-from bdlkit import loading
 from bdlkit.cli import main
+from bdlkit.runs import loading
 
 QUICK = ["--steps", "40", "--log-every", "20", "--no-progress", "--seed", "3"]
 

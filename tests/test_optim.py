@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bdlkit.optim import SGD, Adam
+from bdlkit.core.optim import SGD, Adam
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import bdlkit
-from bdlkit.predictive import ClassificationBMA, RegressionBMA, bma
+from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA, bma
 
 
 def _classifier(seed=0, d=5, k=4):
@@ -89,8 +89,8 @@ def test_no_draws_and_bad_input():
 MEMORY_SCRIPT = r"""
 import resource, sys, torch, bdlkit
 from torch import nn
-from bdlkit.collect import DiskStore
-from bdlkit.predictive import bma
+from bdlkit.engine.collect import DiskStore
+from bdlkit.evaluation.predictive import bma
 store = DiskStore.open(sys.argv[1])
 torch.manual_seed(0)
 net = nn.Sequential(nn.Linear(100, 900), nn.ReLU(), nn.Linear(900, 10))
@@ -109,7 +109,7 @@ def test_bma_over_200_draws_of_a_100k_model_on_10k_points_runs_in_bounded_memory
     """Streaming from a disk store: the peak memory growth stays far below the
     S x n x K = 200 x 10 000 x 10 float32 = 80 MB that stacking predictions would need
     (and below the 80 MB the draws themselves take)."""
-    from bdlkit.collect import DiskStore
+    from bdlkit.engine.collect import DiskStore
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(100, 900), nn.ReLU(), nn.Linear(900, 10))

@@ -6,9 +6,9 @@ import shutil
 import pytest
 import torch
 
-from bdlkit import reference
 from bdlkit.cli import main
-from bdlkit.config import RunConfig
+from bdlkit.runs import reference
+from bdlkit.runs.config import RunConfig
 
 TINY = {"model": "mlp", "data": "digits", "model_kwargs": {"hidden": [4]}, "steps": 12,
         "burnin": 4, "hyper": {"num_leapfrog": 3, "step_size": 0.002, "adapt_steps": 0}}

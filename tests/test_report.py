@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from bdlkit.report import (
+from bdlkit.runs.figures import (
     ess_bars,
     history_plot,
     markdown_table,

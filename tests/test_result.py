@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import bdlkit
-from bdlkit.serialization import CorruptFileError
+from bdlkit.core.serialization import CorruptFileError
 
 
 def target():
@@ -98,7 +98,7 @@ def test_saving_a_point_estimate_over_a_sampler_run_leaves_no_stale_samples(tmp_
 def test_save_json_writes_strict_json_with_nulls(tmp_path):
     import json
 
-    from bdlkit.serialization import save_json
+    from bdlkit.core.serialization import save_json
 
     save_json(tmp_path / "m.json", {"a": float("nan"), "b": [float("inf"), 1.0],
                                     "c": torch.tensor(float("nan"))})

@@ -11,10 +11,10 @@ import torch
 
 import bdlkit
 from bdlkit.algorithms import get_method
-from bdlkit.checkpoint import latest_checkpoint, load_checkpoint
-from bdlkit.collect import DiskStore, MemoryStore
-from bdlkit.runner import Interrupted, NonFiniteError, Runner
-from bdlkit.serialization import state_to_tensors
+from bdlkit.core.serialization import state_to_tensors
+from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from bdlkit.engine.collect import DiskStore, MemoryStore
+from bdlkit.engine.runner import Interrupted, NonFiniteError, Runner
 
 STEPS = 120
 
@@ -131,6 +131,30 @@ def test_resume_refuses_a_checkpoint_of_another_update_rule_version(blr, tmp_pat
     monkeypatch.setattr(sgld_class, "VERSION", sgld_class.VERSION + 1)
     with pytest.raises(ValueError, match="update rule differs"):
         _runner(blr, tmp_path).fit(20, resume=True)
+
+
+def _as_format_1(run_dir, hyperparameters=None):
+    """Rewrite the run's checkpoint as bdlkit before 0.2 wrote it (no checkpoint_format)."""
+    path = latest_checkpoint(run_dir / "checkpoints")
+    ckpt = load_checkpoint(path)
+    ckpt.meta.pop("checkpoint_format")
+    ckpt.meta.pop("format", None), ckpt.meta.pop("step", None)
+    if hyperparameters is not None:
+        ckpt.meta["hyperparameters"] = hyperparameters
+    path.unlink()
+    save_checkpoint(run_dir / "checkpoints", ckpt)
+
+
+def test_a_checkpoint_written_before_the_protocol_resumes_or_is_refused_by_version(blr, tmp_path):
+    full = _runner(blr, tmp_path / "full").fit(40)
+    _runner(blr, tmp_path / "same").fit(40)
+    _as_format_1(tmp_path / "same")  # the same record: it resumes
+    _same(full, _runner(blr, tmp_path / "same").fit(40, resume=True))
+    _runner(blr, tmp_path / "old").fit(40)
+    _as_format_1(tmp_path / "old", json.dumps({"kind": "'sampler'", "lr": "0.001",
+                                               "name": "'sgld'", "num_members": "5"}))
+    with pytest.raises(ValueError, match="checkpoint format 1 .written before bdlkit 0.2.0"):
+        _runner(blr, tmp_path / "old").fit(40, resume=True)
 
 
 def test_eval_every_and_log_every(blr):

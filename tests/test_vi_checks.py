@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 import bdlkit
-from bdlkit.algorithms import advi
-from bdlkit.errors import NotConvergedWarning, PointEstimateWarning, VIWarning
+from bdlkit.algorithms.vi import advi
+from bdlkit.core.errors import NotConvergedWarning, PointEstimateWarning, VIWarning
+from bdlkit.engine.vi_checks import convergence_message, sigma_message, snapshot_step
 from bdlkit.families.diag_gaussian import DiagGaussianParams
-from bdlkit.vi_checks import convergence_message, sigma_message, snapshot_step
 
 F64 = torch.float64
 
@@ -68,7 +68,7 @@ def test_long_enough_target_runs_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", VIWarning)
         res = bdlkit.infer(target, "advi", steps=2000, start="init", num_samples=4,
-                           lr=bdlkit.schedules.exponential(3e-2, 1e-4, 2000))
+                           lr=bdlkit.core.schedules.exponential(3e-2, 1e-4, 2000))
         bdlkit.infer(target, "advi", steps=400)
     assert (res.algorithm.approximation(res.state).std > 0.08).all()
 
@@ -79,7 +79,7 @@ def test_a_run_still_drifting_at_the_end_warns_that_it_has_not_converged():
         bdlkit.infer(target, "advi", steps=400, start="init", init_std=1.0, lr=1e-2)
     text = next(str(w.message) for w in caught if w.category is NotConvergedWarning)
     for needle in ("has not converged", "between step 300 and step 400", "1 of 1 coordinates",
-                   "more steps", "bdlkit.schedules.exponential(1e-2, 1e-4, 400)"):
+                   "more steps", "bdlkit.core.schedules.exponential(1e-2, 1e-4, 400)"):
         assert needle in text, needle
 
 

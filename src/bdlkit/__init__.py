@@ -5,13 +5,15 @@ Data flow: problem (:class:`Target` or :class:`BayesianModel`) → algorithm
 samples or approximation (:class:`Result`) → BMA predictive → ``bdlkit.metrics``.
 """
 
-from . import algorithms, collect, data, metrics, models, schedules
-from .config import RunConfig
-from .infer import infer
-from .loading import load
-from .problems import BayesianModel, IsotropicGaussian, Reference, Target
-from .result import Result
-from .runner import Interrupted, NonFiniteError, Runner
+from bdlkit import algorithms, data, metrics, models
+from bdlkit.core import schedules
+from bdlkit.engine import collect
+from bdlkit.engine.result import Result
+from bdlkit.engine.runner import Interrupted, NonFiniteError, Runner
+from bdlkit.infer import infer
+from bdlkit.problems import BayesianModel, IsotropicGaussian, Reference, Target
+from bdlkit.runs.config import RunConfig
+from bdlkit.runs.loading import load
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """The ``bdlkit`` command line: ``fit``, ``evaluate``, ``reference``, ``bench``, ``list``, ``demo``.
 
-``fit`` options are generated from :class:`bdlkit.config.RunConfig` (one source of
+``fit`` options are generated from :class:`bdlkit.runs.config.RunConfig` (one source of
 truth with the Python API and ``--config`` YAML files); a method's hyperparameters
 (``--lr`` ...) come from its ``build`` signature. Precedence: defaults < ``--config``
 file < command-line options. Errors in the input are reported in one line, without
@@ -31,8 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import algorithms, bench, data, models
-from .config import (
+from bdlkit import algorithms, bench, data, models
+from bdlkit.core.serialization import CorruptFileError
+from bdlkit.engine.runner import Interrupted, NonFiniteError
+from bdlkit.l2e import command as l2e_command
+from bdlkit.runs.config import (
     RunConfig,
     check_keys,
     load_yaml,
@@ -40,9 +43,6 @@ from .config import (
     method_options,
     parse_value,
 )
-from .l2e import command as l2e_command
-from .runner import Interrupted, NonFiniteError
-from .serialization import CorruptFileError
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 HYPER_PREFIX = "hyper__"
@@ -111,7 +111,7 @@ def _reference_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
-    from . import reference
+    from bdlkit.runs import reference
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
               if hasattr(args, f.name)}
@@ -183,7 +183,7 @@ def _prescan_method(argv: list[str]) -> str | None:
 
 
 def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import run
+    from bdlkit.runs import directory as run
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
              if hasattr(args, f.name)}
@@ -236,7 +236,7 @@ def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from . import run
+    from bdlkit.runs import directory as run
 
     values = run.evaluate(args.run_dir, ood=args.ood, reference=args.reference,
                           corruptions=args.corruptions)
@@ -254,7 +254,7 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .bench import digits
+    from bdlkit.bench import digits
 
     print(f"bdlkit demo: every method on an MLP on scikit-learn digits ({args.steps} steps "
           "each)", file=sys.stderr)

@@ -1,8 +1,8 @@
 """``bdlkit.infer``: run any method on any problem in one call.
 
 The data flow is: problem → algorithm (``build``) → ``init`` → ``step`` over
-minibatches (:class:`~bdlkit.runner.Runner`, in memory) → kept samples / final
-state → :class:`~bdlkit.result.Result`.
+minibatches (:class:`~bdlkit.engine.runner.Runner`, in memory) → kept samples / final
+state → :class:`~bdlkit.engine.result.Result`.
 
 Sampler defaults: the first half of the steps is burn-in, and draws are thinned so
 that about 1 000 per chain (Target) or 100 (network) are kept. On a Target,
@@ -10,7 +10,7 @@ samplers run ``chains=4`` independent chains vectorised in one state. Every rand
 draw (initialisation, data order, algorithm noise) is derived from ``seed``.
 
 VI on a Target (methods of kind ``"vi"``) starts by default at the mode with the diagonal
-Laplace scales s (``start="laplace"``, :mod:`bdlkit.laplace`): the method runs on the
+Laplace scales s (``start="laplace"``, :mod:`bdlkit.algorithms.vi.laplace`): the method runs on the
 standardised coordinates z, θ = θ̂ + s ⊙ z, from q₀ = N(0, init_std² I) with
 ``init_std=1`` unless given (so q₀ is the Laplace approximation itself, and an explicit
 ``init_std`` is in units of s), and one learning rate fits every coordinate however
@@ -32,13 +32,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import laplace
-from .algorithms import get_method
-from .config import check_keys, method_hyperparameters
-from .problems import BayesianModel, Target
-from .result import Result
-from .runner import NonFiniteError, Runner
-from .types import Algorithm, Problem
+from bdlkit.algorithms import get_method
+from bdlkit.algorithms.vi import laplace
+from bdlkit.core.protocol import Algorithm, Problem
+from bdlkit.engine.result import Result
+from bdlkit.engine.runner import NonFiniteError, Runner
+from bdlkit.problems import BayesianModel, Target
+from bdlkit.runs.config import check_keys, method_hyperparameters
 
 __all__ = ["NonFiniteError", "infer"]
 
@@ -64,7 +64,7 @@ def infer(
     progress: bool = False,
     **hyper: Any,
 ) -> Result:
-    """Fit ``method`` to ``problem`` and return a :class:`~bdlkit.result.Result`.
+    """Fit ``method`` to ``problem`` and return a :class:`~bdlkit.engine.result.Result`.
 
     Args:
         problem: a :class:`~bdlkit.Target` or :class:`~bdlkit.BayesianModel`.

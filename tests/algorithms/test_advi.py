@@ -7,9 +7,9 @@ from torch import nn
 from vi_helpers import assert_restores, correlated_gaussian, diag_gaussian
 
 import bdlkit
-from bdlkit.algorithms import advi
+from bdlkit.algorithms.vi import advi
+from bdlkit.engine.runner import Runner
 from bdlkit.families.diag_gaussian import DiagGaussianParams
-from bdlkit.runner import Runner
 
 F64 = torch.float64
 

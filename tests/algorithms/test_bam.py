@@ -15,10 +15,10 @@ from vi_helpers import (
 )
 
 import bdlkit
-from bdlkit.algorithms import bam
+from bdlkit.algorithms.vi import bam
+from bdlkit.core.tree import tree_leaves
 from bdlkit.families import full_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussianParams
-from bdlkit.tree import tree_leaves
 
 F64 = torch.float64
 

@@ -7,9 +7,9 @@ import torch
 from sampler_helpers import correlated_target
 
 import bdlkit
-from bdlkit.algorithms import csghmc, csgld, psgld
-from bdlkit.runner import Runner
-from bdlkit.schedules import cyclical_cosine
+from bdlkit.algorithms.sgmcmc import csghmc, csgld, psgld
+from bdlkit.core.schedules import cyclical_cosine
+from bdlkit.engine.runner import Runner
 
 
 def test_cosine_schedule_shape():

@@ -5,13 +5,13 @@ import torch
 
 import bdlkit
 from bdlkit import algorithms, evaluation
-from bdlkit.algorithms import ensemble
-from bdlkit.algorithms import map as map_
-from bdlkit.batches import Batches
+from bdlkit.algorithms.point import ensemble
+from bdlkit.algorithms.point import map as map_
+from bdlkit.core.tree import index
 from bdlkit.data import Dataset
+from bdlkit.engine.batches import Batches
+from bdlkit.engine.runner import Runner
 from bdlkit.models import MLP, ResNetFRN
-from bdlkit.runner import Runner
-from bdlkit.tree import index
 
 
 def blobs(n=90, seed=0, dtype=torch.float32):

@@ -7,10 +7,10 @@ from torch import nn
 from vi_helpers import assert_restores, diag_gaussian
 
 import bdlkit
-from bdlkit.algorithms import fisher_vi
+from bdlkit.algorithms.vi import fisher_vi
+from bdlkit.core.tree import all_finite, tree_map
+from bdlkit.engine.runner import NonFiniteError, Runner
 from bdlkit.families.diag_gaussian import DiagGaussianParams
-from bdlkit.runner import NonFiniteError, Runner
-from bdlkit.tree import all_finite, tree_map
 
 F64 = torch.float64
 

@@ -13,12 +13,12 @@ from vi_helpers import (
 from vi_helpers import diag_gaussian as diag_gaussian_target
 
 import bdlkit
-from bdlkit import rng
-from bdlkit.algorithms import gsm
+from bdlkit.algorithms.vi import gsm
+from bdlkit.core import rng
+from bdlkit.core.tree import tree_leaves
 from bdlkit.families import diag_gaussian, full_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.full_gaussian import FullGaussianParams
-from bdlkit.tree import tree_leaves
 
 F64 = torch.float64
 

@@ -14,12 +14,12 @@ from sampler_helpers import (
 )
 
 import bdlkit
-from bdlkit.algorithms import hmc
-from bdlkit.collect import MemoryStore
+from bdlkit.algorithms.mcmc import hmc
+from bdlkit.core.serialization import state_from_tensors, state_to_tensors
+from bdlkit.core.tree import tree_leaves
 from bdlkit.diagnostics.vehtari import ess_bulk_vehtari21
-from bdlkit.runner import Runner
-from bdlkit.serialization import state_from_tensors, state_to_tensors
-from bdlkit.tree import tree_leaves
+from bdlkit.engine.collect import MemoryStore
+from bdlkit.engine.runner import Runner
 
 F64 = torch.float64
 

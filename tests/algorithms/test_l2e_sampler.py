@@ -6,9 +6,9 @@ from sampler_helpers import correlated_target, small_classifier
 from torch import nn
 
 import bdlkit
-from bdlkit.algorithms import l2e, sghmc
+from bdlkit.algorithms.sgmcmc import l2e, sghmc
+from bdlkit.core.serialization import CorruptFileError
 from bdlkit.l2e import Constants, Pretrained, init_meta_params, save_meta_params
-from bdlkit.serialization import CorruptFileError
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.3])

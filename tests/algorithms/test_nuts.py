@@ -11,10 +11,10 @@ from sampler_helpers import (
     exact_draws,
 )
 
-from bdlkit.algorithms import nuts
-from bdlkit.collect.store import MemoryStore
-from bdlkit.runner import Runner
-from bdlkit.serialization import state_from_tensors, state_to_tensors
+from bdlkit.algorithms.mcmc import nuts
+from bdlkit.core.serialization import state_from_tensors, state_to_tensors
+from bdlkit.engine.collect.store import MemoryStore
+from bdlkit.engine.runner import Runner
 
 pytest.importorskip("pyro")
 F64 = torch.float64

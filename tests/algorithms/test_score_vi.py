@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import bdlkit
-from bdlkit.algorithms import advi, score_vi
-from bdlkit.algorithms import score_vi_closed_form as closed_form
-from bdlkit.errors import NonFiniteError
+from bdlkit.algorithms.vi import advi, score_vi
+from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
+from bdlkit.core.errors import NonFiniteError
+from bdlkit.core.tree import tree_leaves
 from bdlkit.families import diag_gaussian as family
-from bdlkit.tree import tree_leaves
 
 F64 = torch.float64
 

@@ -5,10 +5,10 @@ import torch
 from sampler_helpers import correlated_target, small_classifier
 
 import bdlkit
-from bdlkit.algorithms import sghmc, sgld
-from bdlkit.algorithms._sgmcmc import loss_gradient, noise_variance
-from bdlkit.serialization import state_from_tensors, state_to_tensors
-from bdlkit.tree import tree_leaves, tree_map
+from bdlkit.algorithms.sgmcmc import sghmc, sgld
+from bdlkit.algorithms.sgmcmc.common import loss_gradient, noise_variance
+from bdlkit.core.serialization import state_from_tensors, state_to_tensors
+from bdlkit.core.tree import tree_leaves, tree_map
 
 
 def test_temperature_zero_is_sgd_with_momentum():

@@ -3,7 +3,7 @@
 import torch
 
 import bdlkit
-from bdlkit.algorithms import sgld
+from bdlkit.algorithms.sgmcmc import sgld
 
 
 def correlated_gaussian():

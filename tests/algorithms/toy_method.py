@@ -11,8 +11,8 @@ from typing import Literal
 import torch
 
 from bdlkit.algorithms.options import builder, check_choices
-from bdlkit.tree import TensorTree, detach_clone, pytree_dataclass, tree_map
-from bdlkit.types import Batch, Info, Optimizer, Problem
+from bdlkit.core.protocol import Batch, Info, Optimizer, Problem
+from bdlkit.core.tree import TensorTree, detach_clone, pytree_dataclass, tree_map
 
 KIND = "optimizer"
 

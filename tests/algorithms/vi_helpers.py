@@ -4,8 +4,8 @@ loop and checks of checkpoint round trips and of full-covariance recovery."""
 import torch
 
 import bdlkit
-from bdlkit.serialization import state_from_tensors, state_to_tensors
-from bdlkit.tree import tree_leaves
+from bdlkit.core.serialization import state_from_tensors, state_to_tensors
+from bdlkit.core.tree import tree_leaves
 
 F64 = torch.float64
 

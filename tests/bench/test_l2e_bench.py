@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from bdlkit import bench, reference
+from bdlkit import bench
 from bdlkit.bench import l2e, l2e_report
+from bdlkit.runs import reference
 
 TASKS = ("digits-hmc", "mnist-mlp", "cifar10")
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from bdlkit.collect import DiskStore, MemoryStore
-from bdlkit.serialization import CorruptFileError
+from bdlkit.core.serialization import CorruptFileError
+from bdlkit.engine.collect import DiskStore, MemoryStore
 
 
 def tensor_draw(i: int) -> torch.Tensor:

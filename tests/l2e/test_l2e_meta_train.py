@@ -84,7 +84,7 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
     out = tmp_path / "meta"
     meta_train(out, MetaTrainConfig(outer_steps=1, **TINY), echo=None)
     (out / "checkpoint.safetensors").write_bytes(b"garbage")
-    from bdlkit.serialization import CorruptFileError
+    from bdlkit.core.serialization import CorruptFileError
 
     with pytest.raises(CorruptFileError):
         meta_train(out, MetaTrainConfig(outer_steps=2, **TINY), echo=None)
@@ -138,8 +138,8 @@ def test_overwrite_never_resumes_the_old_state(tmp_path):
 
 
 def test_meta_parameter_files_are_checked(tmp_path):
+    from bdlkit.core.serialization import CorruptFileError, save_tensors
     from bdlkit.l2e import Constants, save_meta_params
-    from bdlkit.serialization import CorruptFileError, save_tensors
 
     meta = init_meta_params(torch.Generator().manual_seed(0))
     save_tensors(tmp_path / "plain.safetensors", meta)  # no constants in the metadata

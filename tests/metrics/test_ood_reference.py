@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from bdlkit.evaluation.predictive import ClassificationBMA
 from bdlkit.metrics import (
     agreement,
     auroc_aupr,
@@ -14,7 +15,6 @@ from bdlkit.metrics import (
     predictive_entropy,
     total_variation,
 )
-from bdlkit.predictive import ClassificationBMA
 
 
 def naive_auroc(neg, pos):

@@ -1,7 +1,7 @@
 """Inference algorithms, one per file, each with ``build(problem, **hyper)``.
 
 ``METHODS`` maps a method name to its module. A method module declares ``ALGORITHM``
-(its frozen dataclass, deriving from one of the kinds in :mod:`bdlkit.types`), ``KIND``
+(its frozen dataclass, deriving from one of the kinds in :mod:`bdlkit.core.protocol`), ``KIND``
 and ``build`` (usually ``options.builder(ALGORITHM)``). :func:`register` checks those
 declarations once, when the method is added: a new method is one new file plus one
 ``register`` line here (``docs/architecture.md``).
@@ -12,25 +12,13 @@ from __future__ import annotations
 import inspect
 from types import ModuleType
 
-from ..types import KINDS, AlgorithmBase
-from . import (
-    advi,
-    bam,
-    csghmc,
-    csgld,
-    ensemble,
-    fisher_vi,
-    gsm,
-    hmc,
-    l2e,
-    nuts,
-    psgld,
-    score_vi,
-    sghmc,
-    sgld,
-)
-from . import map as map_
-from .options import undocumented
+from bdlkit.algorithms.mcmc import hmc, nuts
+from bdlkit.algorithms.options import undocumented
+from bdlkit.algorithms.point import ensemble
+from bdlkit.algorithms.point import map as map_
+from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, psgld, sghmc, sgld
+from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, score_vi
+from bdlkit.core.protocol import KINDS, AlgorithmBase
 
 METHODS: dict[str, ModuleType] = {}
 DESCRIPTIONS: dict[str, str] = {}
@@ -38,7 +26,7 @@ DESCRIPTIONS: dict[str, str] = {}
 
 def register(name: str, module: ModuleType, description: str) -> None:
     """Add method ``name`` implemented by ``module``, after checking its declarations:
-    ``ALGORITHM`` is a frozen dataclass deriving from a kind of :mod:`bdlkit.types` with
+    ``ALGORITHM`` is a frozen dataclass deriving from a kind of :mod:`bdlkit.core.protocol` with
     ``init``, ``step`` and ``params``, ``KIND`` is that kind, ``build`` is callable with
     the problem first, and every option has a line in the class's ``Args:`` section."""
     where = f"method {name!r} ({module.__name__})"
@@ -47,7 +35,7 @@ def register(name: str, module: ModuleType, description: str) -> None:
     cls = getattr(module, "ALGORITHM", None)  # the registration check itself
     if not (isinstance(cls, type) and issubclass(cls, AlgorithmBase)):
         raise TypeError(f"{where}: ALGORITHM must be a class deriving from "
-                        "bdlkit.types.Sampler, Optimizer, Variational or EnsembleBase")
+                        "bdlkit.core.protocol.Sampler, Optimizer, Variational or EnsembleBase")
     if not (getattr(cls, "__dataclass_params__", None) and cls.__dataclass_params__.frozen):
         raise TypeError(f"{where}: {cls.__name__} must be a frozen dataclass")
     missing = [m for m in ("init", "step", "params") if not callable(getattr(cls, m, None))]

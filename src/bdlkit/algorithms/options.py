@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..types import hyperparameter_fields
+from bdlkit.core.protocol import hyperparameter_fields
 
 _LITERAL = re.compile(r"Literal\[([^\]]*)\]")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import (
+from bdlkit.bench import (
     bnn_lowdata,
     diagnostics_speed,
     digits,

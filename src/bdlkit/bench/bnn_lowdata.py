@@ -63,12 +63,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import infer, metrics, models
-from ..data.images import load_mnist, load_notmnist
-from ..families.diag_gaussian import sigma_summary
-from ..problems import BayesianModel
-from . import bnn_lowdata_report as report
-from .common import prepare_bench_out, warm_up, write_results
+from bdlkit import infer, metrics, models
+from bdlkit.bench import bnn_lowdata_report as report
+from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
+from bdlkit.data.images import load_mnist, load_notmnist
+from bdlkit.families.diag_gaussian import sigma_summary
+from bdlkit.problems import BayesianModel
 
 DESCRIPTION = ("BNNs on 500-2000 MNIST images (MLP, CNN): score_vi's closed-form prox against "
                "ADVI, MAP, SG-MCMC, L2E and ensembles (error, NLL, ECE, OOD, σ)")

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .common import mean_std
+from bdlkit.bench.common import mean_std
 
 Record = dict[str, Any]
 

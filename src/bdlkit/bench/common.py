@@ -20,8 +20,8 @@ def machine_info() -> dict[str, Any]:
 def warm_up() -> None:
     """A few untimed steps so one-off costs (lazy imports, torch.func and allocator
     warm-up) are not charged to whichever method a suite times first."""
-    from .. import data, infer, models
-    from ..problems import BayesianModel
+    from bdlkit import data, infer, models
+    from bdlkit.problems import BayesianModel
 
     ds = data.load("digits")
     net = models.MLP(ds.input_shape, ds.num_classes, hidden=(100,))
@@ -49,13 +49,13 @@ def mean_std(runs: list[dict[str, Any]], keys: tuple[str, ...] | list[str],
 
 def cached_reference(values: dict[str, Any], folder: Path, chains: int
                      ) -> tuple[Any, Any, bool, float]:
-    """The HMC reference of ``values`` (``bdlkit.reference`` options) in ``folder``: reused
+    """The HMC reference of ``values`` (``bdlkit.runs.reference`` options) in ``folder``: reused
     when one with the same options is there, rebuilt when the options differ (e.g. after a
     ``--quick`` run). Returns (reference, its RunConfig, reused, seconds)."""
     import time
 
-    from .. import reference
-    from ..config import RunConfig
+    from bdlkit.runs import reference
+    from bdlkit.runs.config import RunConfig
 
     cfg = RunConfig(**reference.with_defaults(values))
     start = time.perf_counter()
@@ -70,7 +70,7 @@ def cached_reference(values: dict[str, Any], folder: Path, chains: int
 
 def prepare_bench_out(out: Path) -> Path:
     """Create or refresh a suite's output folder; refuse a folder bdlkit did not write."""
-    from ..run import prepare_out
+    from bdlkit.runs.directory import prepare_out
 
     return prepare_out(out, overwrite=True, marker=".bdlkit-bench",
                        entries=("results.json", "results.md", "report.md", "runs", "plots"))
@@ -82,8 +82,8 @@ def write_results(out: Path, suite: str, quick: bool, command: str | None, title
                   table: list[dict[str, Any]] | None = None) -> str:
     """``results.json`` (rows, settings, command, machine) and ``results.md`` (a table of
     ``table``, by default the rows themselves)."""
-    from .. import report
-    from ..serialization import atomic_write_bytes, save_json
+    from bdlkit.core.serialization import atomic_write_bytes, save_json
+    from bdlkit.runs import figures as report
 
     command = command or f"bdlkit bench {suite}{' --quick' if quick else ''} --out {out}"
     machine = machine_info()

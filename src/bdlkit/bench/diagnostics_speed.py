@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..diagnostics import ess_bulk_vehtari21, rhat_vehtari21
-from .common import prepare_bench_out, write_results
+from bdlkit.bench.common import prepare_bench_out, write_results
+from bdlkit.diagnostics import ess_bulk_vehtari21, rhat_vehtari21
 
 DESCRIPTION = "batched R-hat/ESS in torch vs ArviZ on the same chains (speed ratio, max diff)"
 

@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import algorithms, report
-from ..config import RunConfig
-from ..serialization import atomic_write_bytes, save_json
-from .common import machine_info, prepare_bench_out, warm_up
+from bdlkit import algorithms
+from bdlkit.bench.common import machine_info, prepare_bench_out, warm_up
+from bdlkit.core.serialization import atomic_write_bytes, save_json
+from bdlkit.runs import figures as report
+from bdlkit.runs.config import RunConfig
 
 DESCRIPTION = "every method on an MLP on scikit-learn digits (accuracy, NLL, ECE, wall time)"
 
@@ -68,7 +69,7 @@ COLUMNS = ["method", "kind", "steps", "accuracy", "nll", "ece", "brier", "train_
 def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = None,
         command: str | None = None, echo: bool = True) -> list[dict[str, Any]]:
     """Fit every registered method into ``out/runs/<method>``; write the comparison."""
-    from .. import run as run_module
+    from bdlkit.runs import directory as run_module
 
     steps = steps or (300 if quick else 1500)
     prepare_bench_out(out)

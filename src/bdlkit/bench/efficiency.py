@@ -73,11 +73,10 @@ from typing import Any
 
 import torch
 
-from .. import algorithms
-from .. import models as zoo
-from ..problems import BayesianModel
-from .common import prepare_bench_out, warm_up, write_results
-from .efficiency_report import (
+from bdlkit import algorithms
+from bdlkit import models as zoo
+from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
+from bdlkit.bench.efficiency_report import (
     GOALS,
     failure,
     goal_key,
@@ -88,6 +87,7 @@ from .efficiency_report import (
     ratio_of,
     ratio_table,
 )
+from bdlkit.problems import BayesianModel
 
 DESCRIPTION = ("step time and peak memory of score_vi, advi, fisher_vi, SGD and the samplers "
                "on an MLP and ResNet20-FRN (ratios and goals)")

@@ -105,7 +105,7 @@ def ratio_table(rows: list[dict[str, Any]], time_field: str = "step_time_s",
 def note(ratios: dict[str, float], ratios_min: dict[str, float],
           goals: dict[str, bool | None], skipped: dict[str, str], profiles: dict[str, Any],
           dev: torch.device, load: dict[str, float | None], labels: dict[str, str]) -> str:
-    from .. import report
+    from bdlkit.runs import figures as report
 
     mark = {True: "met", False: "**missed**", None: "not measured"}
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, reference
-from .. import run as run_module
-from ..config import RunConfig
-from ..run import prepare_out
-from .common import cached_reference, mean_std, warm_up, write_results
+from bdlkit import metrics
+from bdlkit.bench.common import cached_reference, mean_std, warm_up, write_results
+from bdlkit.runs import directory as run_module
+from bdlkit.runs import reference
+from bdlkit.runs.config import RunConfig
+from bdlkit.runs.directory import prepare_out
 
 DESCRIPTION = ("SG-MCMC, deep ensembles and MAP against an HMC reference on digits "
                "(agreement, total variation, accuracy, NLL, ECE)")
@@ -101,7 +102,7 @@ def _display(row: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _reference_row(ref: reference.Reference, cfg: RunConfig) -> dict[str, Any]:
+def _reference_row(ref: reference.ReferencePredictive, cfg: RunConfig) -> dict[str, Any]:
     ds = run_module.load_dataset(cfg)
     values = metrics.classification_metrics(ref.probs, ds.y_test)
     return {"method": "hmc", **{k: float(values[k]) for k in ("accuracy", "nll", "ece")},

@@ -9,7 +9,7 @@ on mnist1d, teacher-student data): digits and CIFAR-10 never appear there; MNIST
 images do (the CNN family), its test images and MLPs on it do not:
 
 * ``digits-hmc``: MLP 64-H-10 on scikit-learn digits; agreement and total variation
-  (``docs/metrics.md``) against an HMC reference built by ``bdlkit.reference`` as in the
+  (``docs/metrics.md``) against an HMC reference built by ``bdlkit.runs.reference`` as in the
   ``hmc-agreement`` suite, cached in ``DIR/runs/reference`` and reused when the suite runs
   again;
 * ``mnist-mlp``: MLP 784-100-100-10 on bdlkit's MNIST split (``load_mnist(train_size=5000,
@@ -67,22 +67,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import data as data_module
-from .. import metrics
-from .. import run as run_module
-from ..config import RunConfig
-from ..data.corruptions import CORRUPTIONS, corrupt_dataset
-from ..diagnostics import ess_per_second, ess_tfp_single_chain, layerwise_rhat
-from ..diagnostics_report import draw_predictions
-from ..run import prepare_out
-from . import l2e_report
-from .common import cached_reference, machine_info, warm_up, write_results
-from .l2e_report import (  # noqa: F401  (the analysis, re-exported for callers and tests)
-    VALUES,
-    add_step_ratios,
-    compute_claims,
-    summarize_chains,
-)
+from bdlkit import data as data_module
+from bdlkit import metrics
+from bdlkit.bench import l2e_report
+from bdlkit.bench.common import cached_reference, machine_info, warm_up, write_results
+from bdlkit.bench.l2e_report import add_step_ratios, compute_claims, summarize_chains
+from bdlkit.data.corruptions import CORRUPTIONS, corrupt_dataset
+from bdlkit.diagnostics import ess_per_second, ess_tfp_single_chain, layerwise_rhat
+from bdlkit.evaluation.sampling import draw_predictions
+from bdlkit.runs import directory as run_module
+from bdlkit.runs.config import RunConfig
+from bdlkit.runs.directory import prepare_out
 
 DESCRIPTION = ("L2E against SGHMC, cyclical SGHMC and deep ensembles on unseen tasks "
                "(HMC agreement, OOD, corruptions, ESS/s, R-hat, cost per step)")
@@ -343,7 +338,7 @@ def weight_ess(draws: Mapping[str, Tensor]) -> Tensor:
 
 def function_ess(preds: Tensor, labels: Tensor) -> Tensor:
     """ESS of each probe point's true-class probability along one chain: ``preds``
-    ``(draws, n, K)`` from :func:`~bdlkit.diagnostics_report.draw_predictions`, labels
+    ``(draws, n, K)`` from :func:`~bdlkit.evaluation.sampling.draw_predictions`, labels
     ``(n,)``; returns ``(n,)``."""
     idx = labels.to(preds.device).long().view(1, -1, 1).expand(preds.shape[0], -1, 1)
     return ess_tfp_single_chain(preds.gather(2, idx)[..., 0])
@@ -389,7 +384,7 @@ def chain_diagnostics(chains: Sequence[Mapping[str, Tensor]],
 def _meta_params_info() -> dict[str, Any]:
     """Which L2E meta-parameters ran: the shipped file's path, SHA-256 and provenance."""
     try:
-        from ..l2e.pretrained import load_pretrained, pretrained_path
+        from bdlkit.l2e.pretrained import load_pretrained, pretrained_path
 
         path = pretrained_path()
         pre = load_pretrained()

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import report
-from ..serialization import atomic_write_bytes
-from .common import mean_std
+from bdlkit.bench.common import mean_std
+from bdlkit.core.serialization import atomic_write_bytes
+from bdlkit.runs import figures as report
 
 #: Per-chain values averaged into a row (mean, and ``_std`` over chains).
 VALUES = ("accuracy", "nll", "ece", "agreement", "total_variation", "ood_auroc",

@@ -37,11 +37,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..problems import Target
-from . import vi_methods
-from .common import machine_info, prepare_bench_out
-from .laplace_start import LaplaceStart, laplace_start, standardized
-from .vi_runs import FAILED, Measure, run_vi, summarize_status, tune_then_repeat
+from bdlkit.bench import vi_methods
+from bdlkit.bench.common import machine_info, prepare_bench_out
+from bdlkit.bench.laplace_start import LaplaceStart, laplace_start, standardized
+from bdlkit.bench.vi_runs import FAILED, Measure, run_vi, summarize_status, tune_then_repeat
+from bdlkit.problems import Target
 
 DESCRIPTION = ("every VI method on the six posteriordb posteriors with reference draws: "
                "mean error in reference stds, std ratios, runtime, status")
@@ -260,7 +260,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     seeds = tuple(seed + i for i in range(cfg["num_seeds"]))
     command = command or f"bdlkit bench posteriordb{' --quick' if quick else ''} --out {out}"
     if posteriors is None:
-        from ..data.posteriordb import POSTERIORS
+        from bdlkit.data.posteriordb import POSTERIORS
 
         posteriors = POSTERIORS
     records: list[dict[str, Any]] = []
@@ -272,7 +272,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             skipped[p] = SKIP[p]
             continue
         if isinstance(p, str):
-            from ..data.posteriordb import load_posterior
+            from bdlkit.data.posteriordb import load_posterior
 
             p = load_posterior(p)
         if p.reference.draws is None:
@@ -290,7 +290,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                          "tolerance_sd": TOLERANCE, "space": "unconstrained"},
             "wall_seconds": elapsed, "machine": machine_info(), "posteriors": info,
             "skipped": skipped, "summary": summary(records)}
-    from ..serialization import atomic_write_bytes, save_json
+    from bdlkit.core.serialization import atomic_write_bytes, save_json
 
     save_json(out / "results.json", {**meta, "records": records})
     text = report(records, meta).encode()
@@ -314,7 +314,7 @@ def summary(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def report(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """``report.md``: settings, the posterior × method table, the summary and notes."""
-    from ..report import markdown_table
+    from bdlkit.runs.figures import markdown_table
 
     cfg, summ = meta["settings"], meta["summary"]
     rows = [{"posterior": r["posterior"].split("-")[0], "method": r["method"],

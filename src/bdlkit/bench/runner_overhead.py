@@ -23,13 +23,13 @@ from typing import Any
 
 import torch
 
-from .. import data, models
-from ..algorithms import get_method
-from ..batches import Batches
-from ..problems import BayesianModel
-from ..rng import fold_in
-from ..runner import DATA_SEED_SALT, Runner
-from .common import prepare_bench_out, warm_up, write_results
+from bdlkit import data, models
+from bdlkit.algorithms import get_method
+from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
+from bdlkit.core.rng import fold_in
+from bdlkit.engine.batches import Batches
+from bdlkit.engine.runner import DATA_SEED_SALT, Runner
+from bdlkit.problems import BayesianModel
 
 DESCRIPTION = "Runner overhead over a bare step loop (memory, run dir with checkpoints)"
 

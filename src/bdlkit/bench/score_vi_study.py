@@ -28,15 +28,15 @@ from typing import Any
 
 import torch
 
-from .. import infer, models
-from ..algorithms import advi, score_vi
-from ..data.dataset import Dataset
-from ..data.images import load_mnist
-from ..errors import NonFiniteError
-from ..evaluation import classification_values
-from ..families.diag_gaussian import sigma_summary
-from ..problems import BayesianModel, Target
-from .common import prepare_bench_out, write_results
+from bdlkit import infer, models
+from bdlkit.algorithms.vi import advi, score_vi
+from bdlkit.bench.common import prepare_bench_out, write_results
+from bdlkit.core.errors import NonFiniteError
+from bdlkit.data.dataset import Dataset
+from bdlkit.data.images import load_mnist
+from bdlkit.evaluation import classification_values
+from bdlkit.families.diag_gaussian import sigma_summary
+from bdlkit.problems import BayesianModel, Target
 
 DESCRIPTION = "the study behind score_vi's default solver (tiny-σ₀ Gaussian, MNIST-1000 MLP)"
 F64 = torch.float64

@@ -41,11 +41,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data import synthetic
-from . import synthetic_report
-from .common import machine_info, prepare_bench_out
-from .vi_methods import FULL_COVARIANCE, SPECS, configs
-from .vi_runs import describe, run_vi, tune_then_repeat
+from bdlkit.bench import synthetic_report
+from bdlkit.bench.common import machine_info, prepare_bench_out
+from bdlkit.bench.vi_methods import FULL_COVARIANCE, SPECS, configs
+from bdlkit.bench.vi_runs import describe, run_vi, tune_then_repeat
+from bdlkit.data import synthetic
 
 DESCRIPTION = "score_vi vs ADVI, GSM, BaM on Gaussian/mixture targets: KL vs score evals"
 ROWS = ("score_vi", "score_vi_cf", "advi", "gsm_full", "gsm_diag", "bam_full", "bam_lowrank",

@@ -22,9 +22,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .. import report
-from ..serialization import atomic_write_bytes, save_json
-from .vi_runs import FAILED, summarize_status
+from bdlkit.bench.vi_runs import FAILED, summarize_status
+from bdlkit.core.serialization import atomic_write_bytes, save_json
+from bdlkit.runs import figures as report
 
 GAUSSIAN_GROUPS = ("well", "ill", "tiny_init")
 GROUP_ORDER = (*GAUSSIAN_GROUPS, "mixture2", "mixture5")

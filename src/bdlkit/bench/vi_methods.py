@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .vi_runs import Annealed, MethodSpec, scores_per_step
+from bdlkit.bench.vi_runs import Annealed, MethodSpec, scores_per_step
 
 LR_GRID = tuple({"lr": Annealed(lr)} for lr in (0.01, 0.03, 0.1))
 SAMPLES_GRID = tuple({"num_samples": b} for b in (2, 8, 32))

@@ -11,7 +11,7 @@ the approximation at about ``num_points`` log-spaced steps. Whatever goes wrong 
 ``numerical_failure`` the method reported itself stuck (GSM/BaM: ``patience``
                       rejected updates in a row)
 ``diverged``          NaN/inf in the parameters, in a measurement, or a
-                      :class:`bdlkit.errors.NonFiniteError` from the method
+                      :class:`bdlkit.core.errors.NonFiniteError` from the method
 ``out_of_memory``     an allocation failed, or the estimated size of the method's
                       d × d matrices exceeds ``memory_limit_gb`` (then it is not run)
 ``error``             any other exception (its message is kept)
@@ -37,11 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import algorithms, rng
-from ..errors import NonFiniteError
-from ..families.full_gaussian import FullGaussian
-from ..problems import Target
-from ..schedules import exponential
+from bdlkit import algorithms
+from bdlkit.core import rng
+from bdlkit.core.errors import NonFiniteError
+from bdlkit.core.schedules import exponential
+from bdlkit.families.full_gaussian import FullGaussian
+from bdlkit.problems import Target
 
 Measure = Callable[[Tensor, Tensor], dict[str, float]]
 """``measure(mean (d,), cov)`` → metrics; ``cov`` is ``(d, d)`` (full) or ``(d,)`` variances."""

@@ -26,12 +26,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .dataset import Dataset, Task, as_float, as_labels
-from .files import load_file
-from .images import load_cifar10, load_digits, load_mnist, load_notmnist, read_idx
-from .roots import DataNotFoundError, candidate_roots
-from .timeseries import forecasting_name, load_csv_series, load_forecasting
-from .uci import UCI_FOLDERS, load_uci
+from bdlkit.data.dataset import Dataset, Task, as_float, as_labels
+from bdlkit.data.files import load_file
+from bdlkit.data.images import load_cifar10, load_digits, load_mnist, load_notmnist, read_idx
+from bdlkit.data.roots import DataNotFoundError, candidate_roots
+from bdlkit.data.timeseries import forecasting_name, load_csv_series, load_forecasting
+from bdlkit.data.uci import UCI_FOLDERS, load_uci
 
 DATASETS: dict[str, str] = {
     "digits": "scikit-learn 8x8 digits (1797 images, 10 classes), stratified 70/30 split",
@@ -97,11 +97,11 @@ def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any
     if key.startswith("uci/"):
         return load_uci(text[4:], root=root, **kwargs)
     if key.startswith("posteriordb/"):
-        from .posteriordb import load_posterior
+        from bdlkit.data.posteriordb import load_posterior
 
         return load_posterior(text[len("posteriordb/") :], root=root, **kwargs)
     if key.startswith("synthetic/"):
-        from .synthetic import make_target
+        from bdlkit.data.synthetic import make_target
 
         return make_target(text[len("synthetic/") :], **kwargs)
     try:

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .dataset import Dataset
+from bdlkit.data.dataset import Dataset
 
 __all__ = ["CORRUPTIONS", "SEVERITIES", "corrupt", "corrupt_dataset", "gaussian_kernel"]
 

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .dataset import Dataset, as_float, as_labels
-from .roots import find
-from .uci import standardisation_stats
+from bdlkit.data.dataset import Dataset, as_float, as_labels
+from bdlkit.data.roots import find
+from bdlkit.data.uci import standardisation_stats
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)

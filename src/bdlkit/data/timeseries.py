@@ -37,9 +37,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from .dataset import Dataset, as_float
-from .roots import find
-from .uci import standardisation_stats
+from bdlkit.data.dataset import Dataset, as_float
+from bdlkit.data.roots import find
+from bdlkit.data.uci import standardisation_stats
 
 Features = Literal["S", "M"]
 

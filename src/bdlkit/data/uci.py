@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import Dataset, as_float
-from .roots import find
+from bdlkit.data.dataset import Dataset, as_float
+from bdlkit.data.roots import find
 
 UCI_FOLDERS: dict[str, str] = {
     "boston": "bostonHousing",

@@ -7,14 +7,14 @@ Inputs are ``(chains, draws, *coords)`` tensors (``ess_tfp_single_chain``: one c
 - :mod:`~bdlkit.diagnostics.vehtari`: rank-normalised split R̂ and bulk / tail / mean ESS of
   Vehtari et al. (2021), equal to ArviZ's ``rhat(method="rank")`` and
   ``ess(method="bulk" | "tail" | "mean")``.
-- :mod:`~bdlkit.diagnostics.l2e`: the variants behind L2E's numbers (``docs/metrics.md``):
+- :mod:`~bdlkit.diagnostics.variants`: the variants behind L2E's numbers (``docs/metrics.md``):
   TFP's single-chain ESS, TFP's Brooks–Gelman R̂ (a variance ratio), Sommer et al.'s
   per-chain split R̂ and the layer-wise summary.
 """
 
 from __future__ import annotations
 
-from bdlkit.diagnostics.l2e import (
+from bdlkit.diagnostics.variants import (
     ess_per_second,
     ess_tfp_single_chain,
     fraction_below,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import diag_gaussian, full_gaussian
-from .diag_gaussian import DiagGaussian, DiagGaussianParams
-from .full_gaussian import FullGaussian, FullGaussianParams
+from bdlkit.families import diag_gaussian, full_gaussian
+from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.families.full_gaussian import FullGaussian, FullGaussianParams
 
 __all__ = [
     "DiagGaussian", "DiagGaussianParams", "FullGaussian", "FullGaussianParams", "diag_gaussian",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..tree import TensorTree, pytree_dataclass, tree_leaves, tree_map
+from bdlkit.core.tree import TensorTree, pytree_dataclass, tree_leaves, tree_map
 
 
 @pytree_dataclass
@@ -83,7 +83,7 @@ def from_natural(a: TensorTree, b: TensorTree) -> DiagGaussianParams:
 
 @dataclass(frozen=True)
 class DiagGaussian:
-    """The approximation q as an object (:class:`bdlkit.types.Approximation`)."""
+    """The approximation q as an object (:class:`bdlkit.core.protocol.Approximation`)."""
 
     params: DiagGaussianParams
 

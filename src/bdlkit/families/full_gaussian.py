@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..tree import pytree_dataclass
+from bdlkit.core.tree import pytree_dataclass
 
 
 @pytree_dataclass

@@ -6,11 +6,17 @@ its meta-training and the meta-parameters that ship with bdlkit.
 * :mod:`.tasks`, :mod:`.es`, :mod:`.meta_train`: the task distribution, the antithetic ES
   gradient and the outer loop of ``bdlkit meta-train l2e``.
 
-The sampler itself is :mod:`bdlkit.algorithms.l2e` (``bdlkit fit --method l2e``).
+The sampler itself is :mod:`bdlkit.algorithms.sgmcmc.l2e` (``bdlkit fit --method l2e``).
 """
 
-from .kinetic import Constants, IdentityKinetic, LearnedKinetic, init_meta_params, l2e_update
-from .pretrained import Pretrained, load_meta_params, load_pretrained, save_meta_params
+from bdlkit.l2e.kinetic import (
+           Constants,
+           IdentityKinetic,
+           LearnedKinetic,
+           init_meta_params,
+           l2e_update,
+)
+from bdlkit.l2e.pretrained import Pretrained, load_meta_params, load_pretrained, save_meta_params
 
 __all__ = ["Constants", "IdentityKinetic", "LearnedKinetic", "Pretrained", "init_meta_params",
            "l2e_update", "load_meta_params", "load_pretrained", "save_meta_params"]

@@ -7,9 +7,9 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
-from .kinetic import NOISE_MODES
-from .meta_train import MetaTrainConfig, meta_train
-from .tasks import available_families
+from bdlkit.l2e.kinetic import NOISE_MODES
+from bdlkit.l2e.meta_train import MetaTrainConfig, meta_train
+from bdlkit.l2e.tasks import available_families
 
 EXAMPLES = """examples:
   bdlkit meta-train l2e --out runs/l2e-meta --budget-minutes 5

@@ -1,7 +1,7 @@
 """The L2E update: features, the kinetic-energy MLP and one step (Kim et al., ICML 2024).
 
 Pure tensor functions on *lists of parameter leaves*, shared by the sampler
-(:mod:`bdlkit.algorithms.l2e`) and the meta-training (:mod:`bdlkit.l2e.meta_train`, which
+(:mod:`bdlkit.algorithms.sgmcmc.l2e`) and the meta-training (:mod:`bdlkit.l2e.meta_train`, which
 runs them under ``torch.func.vmap`` over a population of meta-parameters). Written here,
 from ``docs/l2e.md`` (the code form), because no library implements L2E in PyTorch.
 
@@ -34,7 +34,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ..models.cnn import haiku_truncated_normal_
+from bdlkit.models.cnn import haiku_truncated_normal_
 
 DECAYS: tuple[float, ...] = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 FEATURES: tuple[str, ...] = ("g", "theta", "r") + tuple(f"m_{b}" for b in DECAYS)

@@ -51,20 +51,21 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from ..models.cnn import haiku_truncated_normal_
-from ..rng import fold_in
-from ..serialization import (
+from bdlkit.core.plotting import new_figure, save_png
+from bdlkit.core.rng import fold_in
+from bdlkit.core.serialization import (
     CorruptFileError,
     load_json,
     load_tensors_with_metadata,
     save_json,
     save_tensors,
 )
-from . import es
-from .kinetic import META_KEYS, Constants, LearnedKinetic, MetaParams, init_meta_params
-from .kinetic import l2e_update as _update
-from .pretrained import save_meta_params
-from .tasks import Task, available_families, sample_task
+from bdlkit.l2e import es
+from bdlkit.l2e.kinetic import META_KEYS, Constants, LearnedKinetic, MetaParams, init_meta_params
+from bdlkit.l2e.kinetic import l2e_update as _update
+from bdlkit.l2e.pretrained import save_meta_params
+from bdlkit.l2e.tasks import Task, available_families, sample_task
+from bdlkit.models.cnn import haiku_truncated_normal_
 
 
 def _print(text: str) -> None:
@@ -333,9 +334,7 @@ def _save(out: Path, cfg: MetaTrainConfig, phi: Tensor, like: MetaParams,
 
 def plot_curve(history: list[dict[str, Any]], path: Path) -> Path | None:
     """The meta-loss per outer step and its moving average (``None`` without matplotlib)."""
-    from ..report import _new_figure, _save_png
-
-    fig = _new_figure((6, 3.5))
+    fig = new_figure((6, 3.5))
     if fig is None or not history:
         return None
     ax = fig.add_subplot(1, 1, 1)
@@ -348,7 +347,7 @@ def plot_curve(history: list[dict[str, Any]], path: Path) -> Path | None:
     ax.set_title("L2E meta-training")
     ax.legend()
     fig.tight_layout()
-    return _save_png(fig, path)
+    return save_png(fig, path)
 
 
 __all__ = ["MetaTrainConfig", "flatten_meta", "haiku_init", "meta_train", "plot_curve",

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..serialization import CorruptFileError, load_tensors_with_metadata, save_tensors
-from .kinetic import META_KEYS, Constants, MetaParams, check_meta_params
+from bdlkit.core.serialization import CorruptFileError, load_tensors_with_metadata, save_tensors
+from bdlkit.l2e.kinetic import META_KEYS, Constants, MetaParams, check_meta_params
 
 PRETRAINED_NAME = "bdlkit-l2e.safetensors"
 

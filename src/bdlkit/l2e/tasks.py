@@ -31,8 +31,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..data import load_mnist
-from ..models import MLP, ConvNet
+from bdlkit.data import load_mnist
+from bdlkit.models import MLP, ConvNet
 
 FAMILIES = ("mnist-cnn", "mnist1d-mlp", "teacher-mlp")
 HIDDEN_CHOICES = ((16,), (32,), (64,), (16, 16), (32, 32), (64, 64))

@@ -7,7 +7,7 @@ mean and variance) and targets. Every function returns Python floats.
 
 from __future__ import annotations
 
-from .classification import (
+from bdlkit.metrics.classification import (
     accuracy,
     brier,
     classification_metrics,
@@ -18,9 +18,15 @@ from .classification import (
     nll_from_log_probs,
     reliability_bins,
 )
-from .ood import auroc_aupr, max_prob_score, ood_auroc, ood_metrics, predictive_entropy
-from .reference import agreement, load_reference, total_variation
-from .regression import coverage, gaussian_nll, mae, regression_metrics, rmse
+from bdlkit.metrics.ood import (
+    auroc_aupr,
+    max_prob_score,
+    ood_auroc,
+    ood_metrics,
+    predictive_entropy,
+)
+from bdlkit.metrics.reference import agreement, load_reference, total_variation
+from bdlkit.metrics.regression import coverage, gaussian_nll, mae, regression_metrics, rmse
 
 __all__ = [
     "agreement",

@@ -3,7 +3,7 @@
 OOD inputs are the positive class; the higher a score, the more OOD. Three scores:
 the predictive entropy H[p̄(·|x)], the negated max probability −max_k p̄_k, and the
 mutual information H[p̄] − E_s H[p_s] (epistemic uncertainty; needs per-draw entropies,
-see :class:`bdlkit.predictive.ClassificationBMA`). AUROC and AUPR (average precision)
+see :class:`bdlkit.evaluation.predictive.ClassificationBMA`). AUROC and AUPR (average precision)
 come from scikit-learn (``roc_auc_score``, ``average_precision_score``), as in the
 papers' protocol: float64 and exact with tied scores (torchmetrics accumulates in
 float32).
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .classification import entropy_from_log_probs
+from bdlkit.metrics.classification import entropy_from_log_probs
 
 
 def predictive_entropy(probs: Tensor) -> Tensor:
@@ -56,7 +56,7 @@ def ood_auroc(probs_in: Tensor, probs_out: Tensor) -> float:
 def ood_metrics(bma_in, bma_out) -> dict[str, float]:
     """AUROC and AUPR for entropy, max probability and mutual information.
 
-    ``bma_in``/``bma_out``: :class:`~bdlkit.predictive.ClassificationBMA` of the test and
+    ``bma_in``/``bma_out``: :class:`~bdlkit.evaluation.predictive.ClassificationBMA` of the test and
     OOD inputs. Keys ``ood_auroc`` (entropy, the headline number), ``ood_aupr``, and
     ``ood_{auroc,aupr}_{maxprob,mi}`` (no MI scores for a single draw: they are all 0).
     """

@@ -64,7 +64,7 @@ def load_reference(path: str | os.PathLike) -> Tensor:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         elif suffix == ".safetensors":
-            from ..serialization import load_tensors
+            from bdlkit.core.serialization import load_tensors
 
             arrays = load_tensors(path)
         else:

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..problems.likelihoods import GaussianPredictive
+from bdlkit.problems.likelihoods import GaussianPredictive
 
 __all__ = [
     "coverage", "coverage_from_cdf", "gaussian_nll", "mae", "regression_metrics", "rmse",
@@ -77,7 +77,7 @@ def coverage(mean: Tensor, var: Tensor, y: Tensor, level: float) -> float:
 def coverage_from_cdf(cdf: Tensor, level: float) -> float:
     """Fraction of elements whose predictive CDF value lies in ``[(1−l)/2, (1+l)/2]``: the
     coverage of the central ``level`` interval of any continuous predictive (e.g. the BMA
-    mixture, :attr:`bdlkit.predictive.RegressionBMA.cdf`)."""
+    mixture, :attr:`bdlkit.evaluation.predictive.RegressionBMA.cdf`)."""
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     lo, hi = (1 - level) / 2, (1 + level) / 2
@@ -108,7 +108,7 @@ def regression_metrics(
     ``rmse`` and ``mae`` scale by ``y_scale``; the density of ``y_orig = μ + y_scale · y``
     is the standardised density divided by ``y_scale``, so NLLs gain ``+ log(y_scale)``.
     ``nll`` is the moment-matched Gaussian's; with ``log_density`` (the BMA mixture's
-    log density at each example, :class:`bdlkit.predictive.RegressionBMA`) ``nll_mixture``
+    log density at each example, :class:`bdlkit.evaluation.predictive.RegressionBMA`) ``nll_mixture``
     is the mixture's own, per target element. ``coverage_50/90/95``: of the mixture's central
     intervals when its ``cdf`` at ``y`` is given (:func:`coverage_from_cdf`), else of the
     moment-matched Gaussian's (:func:`coverage`).

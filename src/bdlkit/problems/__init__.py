@@ -1,9 +1,15 @@
 """Inference problems: what is inferred (a log density or a network posterior)."""
 
-from .bayesian_model import BayesianModel
-from .likelihoods import Bernoulli, Categorical, Gaussian, GaussianPredictive, Likelihood
-from .priors import IsotropicGaussian
-from .target import Reference, Target
+from bdlkit.problems.bayesian_model import BayesianModel
+from bdlkit.problems.likelihoods import (
+    Bernoulli,
+    Categorical,
+    Gaussian,
+    GaussianPredictive,
+    Likelihood,
+)
+from bdlkit.problems.priors import IsotropicGaussian
+from bdlkit.problems.target import Reference, Target
 
 __all__ = [
     "BayesianModel",

@@ -34,10 +34,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from .likelihoods import PREFIX, Likelihood, make_likelihood
-from .oracles import functional_value_and_score, module_value_and_score
-from .priors import IsotropicGaussian, make_prior
-from .select import Selection, select_parameters
+from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
+from bdlkit.problems.oracles import functional_value_and_score, module_value_and_score
+from bdlkit.problems.priors import IsotropicGaussian, make_prior
+from bdlkit.problems.select import Selection, select_parameters
 
 Params = dict[str, Tensor]
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from .bayesian_model import BayesianModel
+    from bdlkit.problems.bayesian_model import BayesianModel
 
 Params = dict[str, Tensor]
 

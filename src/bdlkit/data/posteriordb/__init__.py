@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from .io import (
+from bdlkit.data.posteriordb.io import (
     ReferenceDraws,
     ReferenceMean,
     read_data,
@@ -28,9 +28,17 @@ from .io import (
     read_reference_mean,
     read_zipped_json,
 )
-from .models import MODELS, PosteriorModel
-from .target import PosteriorDBTarget
-from .transforms import Block, Identity, Ordered, ParamLayout, Positive, Transform, UnitInterval
+from bdlkit.data.posteriordb.models import MODELS, PosteriorModel
+from bdlkit.data.posteriordb.target import PosteriorDBTarget
+from bdlkit.data.posteriordb.transforms import (
+    Block,
+    Identity,
+    Ordered,
+    ParamLayout,
+    Positive,
+    Transform,
+    UnitInterval,
+)
 
 POSTERIORS: tuple[str, ...] = tuple(MODELS)
 """Full names of the available posteriors, ``<data>-<model>``."""

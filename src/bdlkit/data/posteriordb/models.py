@@ -26,8 +26,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .lpdf import LOG2, LOG_2PI, cauchy_lpdf, normal_lpdf, student_t_lpdf
-from .transforms import Block, Identity, Ordered, ParamLayout, Positive, UnitInterval
+from bdlkit.data.posteriordb.lpdf import LOG2, LOG_2PI, cauchy_lpdf, normal_lpdf, student_t_lpdf
+from bdlkit.data.posteriordb.transforms import (
+    Block,
+    Identity,
+    Ordered,
+    ParamLayout,
+    Positive,
+    UnitInterval,
+)
 
 
 def _tensor(value: Any) -> Tensor:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from bdlkit.data.posteriordb.models import PosteriorModel
 from bdlkit.problems.target import Reference, Target
-
-from .models import PosteriorModel
 
 
 class PosteriorDBTarget(Target):

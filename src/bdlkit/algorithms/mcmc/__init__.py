@@ -1,0 +1,1 @@
+"""Full-batch MCMC references: HMC and NUTS."""

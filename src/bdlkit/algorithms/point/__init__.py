@@ -1,0 +1,1 @@
+"""Point estimates and their ensembles: MAP and deep ensembles."""

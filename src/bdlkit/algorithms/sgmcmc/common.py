@@ -1,0 +1,60 @@
+"""What the SG-MCMC samplers share: one convention for step size, temperature and N.
+
+bdlkit's convention (``docs/conventions.md``; ``docs/sgmcmc.md``): every SG-MCMC
+sampler is written in terms of the minibatch gradient of the *per-datum, untempered* loss
+
+    g(θ) = −T · ŝ_T(θ) / N  =  ∇[ −mean_{i∈B} log p(y_i | x_i, θ) − log p(θ)/N ]
+
+(ŝ_T = the problem's tempered score, T its temperature, N = ``num_data``; a Target has
+N = T = 1) and injects Gaussian noise of variance ``2 · lr · friction · T / N``. So ``lr``
+is the step size of plain SGD on the mean training loss, whatever N and T are, and a
+cold posterior (T < 1) only shrinks the noise: the step that is stable for SGD is stable
+for the sampler. In the potential U_T = −log π_T this is Euler–Maruyama with step
+η = lr · T / N. The limit T → 0 is SGD (with momentum for SGHMC).
+
+The temperature lives in the problem only (``BayesianModel(temperature=...)``,
+``bdlkit fit --temperature``): samplers read it from there and never take their own.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from bdlkit.core.protocol import Problem
+from bdlkit.core.tree import TensorTree, randn_like, tree_map
+
+
+def loss_gradient(problem: Problem, score: TensorTree) -> TensorTree:
+    """``g = −T·ŝ/N``: the per-datum untempered loss gradient from the problem's score."""
+    scale = -float(problem.temperature) / problem.num_data
+    return tree_map(lambda s: scale * s, score)
+
+
+def noise_variance(lr: float, friction: float, temperature: float, num_data: int) -> float:
+    """``2 · lr · friction · T / N``: the injected noise variance per coordinate and step."""
+    return 2.0 * lr * friction * temperature / num_data
+
+
+def add_noise(tree: TensorTree, variance: float | TensorTree,
+              generator: torch.Generator) -> TensorTree:
+    """``tree + sqrt(variance) · ξ`` with ξ ~ N(0, I) drawn from ``generator`` (always drawn,
+    so the noise stream does not depend on the variance; a zero variance adds exact zeros)."""
+    noise = randn_like(tree, generator)
+    if isinstance(variance, float):
+        sd = math.sqrt(variance)
+        return tree_map(lambda t, z: t + sd * z, tree, noise)
+    return tree_map(lambda t, v, z: t + v.clamp_min(0).sqrt() * z, tree, variance, noise)
+
+
+def check_rate(name: str, value: object) -> None:
+    """A constant rate must be a real number > 0 (a schedule is checked when called)."""
+    if callable(value):
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{name} must be > 0 or a schedule, got {value!r}")
+
+
+__all__ = ["add_noise", "check_rate", "loss_gradient", "noise_variance"]

@@ -1,0 +1,192 @@
+"""Learning to Explore (L2E): SG-MCMC with a meta-learned kinetic energy.
+
+Kim, Jung, Kim & Lee, "Learning to Explore for Stochastic Gradient MCMC", ICML 2024
+(``docs/l2e.md``). With g the minibatch gradient of the per-datum loss
+(``_sgmcmc.loss_gradient``: mean NLL − log p(θ)/N), rolling means m_b of g and the
+meta-learned (α_φ, β_φ) of :mod:`bdlkit.l2e.kinetic`::
+
+    r_{t+1} = r_t − ε·(grad_scale·g_t + α_φ(θ_t, r_t) + C·β_φ(θ_t, r_t)) + sqrt(v)·ξ_t
+    θ_{t+1} = θ_t + ε·β_φ(θ_t, r_{t+1})
+
+v = 2·C·noise_mult (``noise_mode="code"``, the released code) or 2·C·ε (``"paper"``,
+eq. 18), times the problem's temperature. There is no other temperature: in the SGHMC
+limit "paper" noise with grad_scale = N targets the posterior and "code" noise a cold one
+(T ≈ noise_mult/ε, docs/sgmcmc.md). The constants default to the ones the meta-parameters were
+trained with (stored in their file); override them only knowingly: α_φ and β_φ were
+learned for those values. ``meta_params`` is ``"pretrained"`` (bdlkit's shipped set,
+:func:`bdlkit.l2e.load_pretrained`), a path to a ``bdlkit meta-train l2e`` file, or a
+:class:`~bdlkit.l2e.Pretrained`; ``kinetic="identity"`` swaps the MLP for ½·rᵀr (SGHMC).
+
+Cost per step: one gradient plus two MLP passes over a (d, 9) feature matrix (one matrix
+product per layer for all parameters, no loop over elements); state: θ, r and 6 moments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
+from typing import Any, Literal
+
+import torch
+from torch.func import vmap
+
+from bdlkit.algorithms.options import builder
+from bdlkit.algorithms.sgmcmc.common import loss_gradient
+from bdlkit.core import rng
+from bdlkit.core.protocol import Batch, Info, Problem, Sampler
+from bdlkit.core.tree import (
+    TensorTree,
+    detach_clone,
+    device_of,
+    pytree_dataclass,
+    randn_like,
+    tree_flatten_with_path,
+    tree_leaves,
+    tree_map,
+    tree_unflatten,
+    zeros_like,
+)
+from bdlkit.l2e.kinetic import (
+    DECAYS,
+    Constants,
+    IdentityKinetic,
+    Kinetic,
+    LearnedKinetic,
+    l2e_update,
+)
+from bdlkit.l2e.pretrained import Pretrained, load_meta_params, load_pretrained
+from bdlkit.problems import Target
+
+KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
+#: The options that override the Constants of the same name (None: the stored one).
+CONSTANTS = tuple(f.name for f in fields(Constants))
+
+
+@pytree_dataclass
+class L2EState:
+    params: TensorTree
+    momentum: TensorTree  # r
+    moments: TensorTree  # rolling means of g, each leaf (6, *shape)
+    rng_state: torch.Tensor
+    step: int
+
+
+@dataclass(frozen=True)
+class L2E(Sampler):
+    """L2E (module docstring). The constants left at None are the ones stored with the
+    meta-parameters (``Constants`` defaults for ``kinetic="identity"``); the fields then
+    hold the constants used.
+
+    Args:
+        meta_params: "pretrained" (bdlkit's shipped set), a path to a ``bdlkit meta-train
+            l2e`` file, or a :class:`~bdlkit.l2e.Pretrained`.
+        kinetic: "learned" (the meta-learned MLP) or "identity" (α = 0, β = r: SGHMC).
+        eps: the step ε of the update.
+        grad_scale: the factor of g in the momentum update (the training code's N).
+        friction: the friction C >= 0.
+        noise_mode: "code" (noise variance 2·C·noise_mult, the released code) or "paper"
+            (2·C·ε, eq. 18), times the temperature.
+        noise_mult: the noise multiplier of ``noise_mode="code"``.
+        exp_mult: the multiplier of the MLP's α output.
+        precond_mult: the multiplier of the MLP's β output.
+    """
+
+    problem: Problem
+    meta_params: str | Pretrained = field(default="pretrained", repr=False, compare=False)
+    kinetic: Literal["learned", "identity"] = "learned"
+    eps: float | None = None
+    grad_scale: float | None = None
+    friction: float | None = None
+    noise_mode: Literal["code", "paper"] | None = None
+    noise_mult: float | None = None
+    exp_mult: float | None = None
+    precond_mult: float | None = None
+    name: str = "l2e"
+    constants: Constants = field(init=False, repr=False, compare=False)  # the resolved ones
+    kinetic_fn: Kinetic = field(init=False, repr=False, compare=False)  # (α_φ, β_φ)
+    #: sha256 prefix of the meta-parameters and constants ("identity" without them)
+    meta_digest: str = field(init=False, repr=False, default="identity")
+
+    def __post_init__(self) -> None:
+        if self.kinetic not in ("learned", "identity"):
+            raise ValueError(f"kinetic must be 'learned' or 'identity', got {self.kinetic!r}")
+        pre = _resolve(self.meta_params) if self.kinetic == "learned" else None
+        base = pre.constants if pre is not None else Constants()
+        given = {k: getattr(self, k) for k in CONSTANTS}
+        constants = replace(base, **{k: v for k, v in given.items() if v is not None})
+        for k in CONSTANTS:
+            object.__setattr__(self, k, getattr(constants, k))
+        object.__setattr__(self, "constants", constants)
+        if pre is None:
+            object.__setattr__(self, "kinetic_fn", IdentityKinetic())
+            return
+        object.__setattr__(self, "kinetic_fn", LearnedKinetic(
+            pre.meta, constants.exp_mult, constants.precond_mult))
+        object.__setattr__(self, "meta_digest", _digest(pre.meta, constants))
+
+    @property
+    def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
+        """Version 1 of the update, with the meta-parameters' digest: a checkpoint written
+        with other meta-parameters (a re-trained file, another path) is not resumed."""
+        return f"1+{self.meta_digest}"
+
+    def init(self, params: TensorTree | None = None, *,
+             generator: torch.Generator) -> L2EState:
+        if params is None:
+            params = self.problem.init_params(generator)
+        params = detach_clone(params)
+        noise_gen = rng.split(generator, device=device_of(params))
+        moments = tree_map(lambda p: p.new_zeros((len(DECAYS), *p.shape)), params)
+        return L2EState(params=params, momentum=zeros_like(params), moments=moments,
+                        rng_state=rng.state_of(noise_gen), step=0)
+
+    def step(self, state: L2EState, batch: Batch) -> tuple[L2EState, Info]:
+        value, score = self.problem.value_and_score(state.params, batch)
+        grad = loss_gradient(self.problem, score)
+        gen = rng.from_state(state.rng_state, device=device_of(state.params))
+        noise = randn_like(state.params, gen)
+        _, theta, spec = tree_flatten_with_path(state.params)
+        leaves = [tree_leaves(t) for t in (state.momentum, state.moments, grad, noise)]
+        update = partial(l2e_update, self.kinetic_fn, self.constants,
+                         temperature=float(self.problem.temperature))
+        if _chain_stack(self.problem, state.params):  # a Target's (chains, d): per chain
+            update = vmap(update, in_dims=(0, 0, 1, 0, 0), out_dims=(0, 0, 1))
+        with torch.no_grad():
+            theta, r, m = update(theta, *leaves)
+        new = L2EState(params=tree_unflatten(spec, theta), momentum=tree_unflatten(spec, r),
+                       moments=tree_unflatten(spec, m), rng_state=rng.state_of(gen),
+                       step=state.step + 1)
+        return new, {"log_prob": value, "eps": self.constants.eps}
+
+    def params(self, state: L2EState) -> TensorTree:
+        return state.params
+
+
+def _chain_stack(problem: Problem, params: TensorTree) -> bool:
+    """A Target's stack of independent chains (c, d): the features are normalised per chain."""
+    return isinstance(problem, Target) and isinstance(params, torch.Tensor) and params.dim() == 2
+
+
+def _resolve(meta_params: Any) -> Pretrained:
+    if isinstance(meta_params, Pretrained):
+        return meta_params
+    if meta_params in (None, "pretrained"):
+        return load_pretrained()
+    if isinstance(meta_params, (str, os.PathLike)):
+        return load_meta_params(meta_params)
+    raise TypeError(f"meta_params must be 'pretrained', a path or a Pretrained, "
+                    f"got {type(meta_params).__name__}")
+
+
+def _digest(meta: dict[str, torch.Tensor], constants: Constants) -> str:
+    h = hashlib.sha256(json.dumps(constants.to_dict(), sort_keys=True).encode())
+    for k in sorted(meta):
+        h.update(k.encode() + meta[k].detach().cpu().double().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+build = builder(L2E)
+ALGORITHM = L2E

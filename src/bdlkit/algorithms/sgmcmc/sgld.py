@@ -1,0 +1,79 @@
+"""Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
+
+In bdlkit's SG-MCMC convention (``_sgmcmc``, ``docs/conventions.md``, ``docs/sgmcmc.md``),
+with g the minibatch gradient of the per-datum untempered loss, T the problem's
+temperature and N = ``num_data``::
+
+    θ_{t+1} = θ_t − lr_t · g(θ_t) + sqrt(2 · lr_t · T / N) · ξ_t,   ξ_t ~ N(0, I)
+
+i.e. Euler–Maruyama with step η = lr·T/N on the potential U_T = −log π_T. ``lr`` is a
+constant or a schedule (``bdlkit.core.schedules.polynomial`` for the decreasing schedule of
+the paper). For a :class:`~bdlkit.Target` N = T = 1 and ``lr`` is η itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from bdlkit.algorithms.options import builder
+from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, loss_gradient, noise_variance
+from bdlkit.core import rng
+from bdlkit.core.protocol import Batch, Info, Problem, Sampler
+from bdlkit.core.schedules import Schedule, resolve
+from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass, tree_map
+
+KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
+
+
+@pytree_dataclass
+class SGLDState:
+    params: TensorTree
+    rng_state: torch.Tensor
+    step: int
+
+
+@dataclass(frozen=True)
+class SGLD(Sampler):
+    """SGLD (module docstring).
+
+    Args:
+        lr: per-datum step size, a float or a schedule of the step (default 0.1): the step
+            is η = lr·T/N on the tempered potential.
+    """
+
+    #: 2: the per-datum untempered drift (T scales only the noise); 1 scaled the drift by 1/T.
+    #: Checkpoints of another version are not resumed (bdlkit.Runner.fingerprint).
+    VERSION: ClassVar[int] = 2
+    problem: Problem
+    lr: float | Schedule = 0.1
+    name: str = "sgld"
+
+    def __post_init__(self) -> None:
+        check_rate("lr", self.lr)
+
+    def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> SGLDState:
+        if params is None:
+            params = self.problem.init_params(generator)
+        noise_gen = rng.split(generator, device=device_of(params))
+        return SGLDState(params=detach_clone(params), rng_state=rng.state_of(noise_gen), step=0)
+
+    def step(self, state: SGLDState, batch: Batch) -> tuple[SGLDState, Info]:
+        value, score = self.problem.value_and_score(state.params, batch)
+        lr = resolve(self.lr, state.step)
+        grad = loss_gradient(self.problem, score)
+        gen = rng.from_state(state.rng_state, device=device_of(state.params))
+        drift = tree_map(lambda p, g: p - lr * g, state.params, grad)
+        var = noise_variance(lr, 1.0, self.problem.temperature, self.problem.num_data)
+        params = add_noise(drift, var, gen)
+        new = SGLDState(params=params, rng_state=rng.state_of(gen), step=state.step + 1)
+        return new, {"log_prob": value, "lr": lr}
+
+    def params(self, state: SGLDState) -> TensorTree:
+        return state.params
+
+
+build = builder(SGLD)
+ALGORITHM = SGLD

@@ -1,0 +1,203 @@
+"""Plumbing shared by the diagonal-Gaussian VI methods (ADVI, Fisher VI, ...).
+
+Every such method keeps the same state and differs only in how it turns draws into a
+gradient for λ = (μ, ρ = log σ) (``bdlkit.families.diag_gaussian``)::
+
+    gen    = rng.from_state(state.rng_state)
+    eps    = draw_eps(state.lam, S, gen)              # (S, ...) standard normal, per leaf
+    thetas = reparam(state.lam, eps)                  # θ_k = μ + σ ε_k
+    value, scores = minibatch_scores(problem, thetas, batch)   # if the method needs ŝ(θ_k)
+    grads  = <method-specific ∇_λ loss>               # a DiagGaussianParams
+    state  = apply_grads(opt, state, grads, lr, gen)  # optimiser step, rng saved, step + 1
+
+The optimisers are bdlkit's functional ones (:mod:`bdlkit.core.optim`), applied to the
+:class:`DiagGaussianParams` pytree, so the whole state (λ, optimiser moments, generator
+state, step) flattens into a checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdlkit.core import rng
+from bdlkit.core.optim import SGD, Adam, make_optimizer
+from bdlkit.core.protocol import Batch, Problem, Variational
+from bdlkit.core.schedules import Schedule
+from bdlkit.core.tree import (
+    TensorTree,
+    detach_clone,
+    device_of,
+    pytree_dataclass,
+    stack,
+    tree_leaves,
+    tree_map,
+)
+from bdlkit.families import diag_gaussian as family
+from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.problems import Target
+
+
+@pytree_dataclass
+class VIState:
+    """λ of the current q, the optimiser state over λ, the noise generator state, the step."""
+
+    lam: DiagGaussianParams
+    opt_state: Any  # AdamState | SGDState, shaped like lam
+    rng_state: Tensor
+    step: int
+
+
+class DiagGaussianVI(Variational):
+    """What every diagonal-Gaussian VI method answers the same way (state has ``lam``)."""
+
+    def params(self, state: Any) -> TensorTree:
+        """The variational mean μ."""
+        return state.lam.mu
+
+    def approximation(self, state: Any) -> DiagGaussian:
+        return DiagGaussian(state.lam)
+
+
+def check_hyper(
+    lr: float | Schedule, optimizer: str, momentum: float, num_samples: int, init_std: float
+) -> None:
+    """Validate the hyperparameters every diagonal-Gaussian VI method shares."""
+    if not callable(lr) and not lr > 0:
+        raise ValueError(f"lr must be > 0 (or a schedule), got {lr!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    if not init_std > 0 or not math.isfinite(init_std):
+        raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
+
+
+def setup(alg: Any) -> None:
+    """``__post_init__`` of a diagonal-Gaussian VI method with the shared options ``lr``,
+    ``optimizer``, ``momentum``, ``num_samples`` and ``init_std``: check and coerce them and
+    set its optimiser ``_opt``."""
+    check_hyper(alg.lr, alg.optimizer, alg.momentum, alg.num_samples, alg.init_std)
+    object.__setattr__(alg, "num_samples", int(alg.num_samples))
+    object.__setattr__(alg, "init_std", float(alg.init_std))
+    object.__setattr__(alg, "_opt", make_opt(alg.optimizer, alg.momentum))
+
+
+def make_opt(optimizer: str, momentum: float) -> SGD | Adam:
+    """The functional optimiser (``momentum`` is used by SGD only)."""
+    return make_optimizer(optimizer, **({"momentum": momentum} if optimizer == "sgd" else {}))
+
+
+def initial_lam(problem: Problem, params: TensorTree | DiagGaussianParams | None,
+                init_std: float, generator: torch.Generator) -> DiagGaussianParams:
+    """λ₀ centred at ``params`` with σ = ``init_std``.
+
+    ``params`` may be a point (μ₀; default ``problem.init_params``) or a full
+    :class:`DiagGaussianParams` (warm start from another VI run; ``init_std`` is ignored).
+    """
+    if params is None:
+        params = problem.init_params(generator)
+    if isinstance(params, DiagGaussianParams):
+        lam = DiagGaussianParams(mu=detach_clone(params.mu), rho=detach_clone(params.rho))
+    else:
+        lam = family.init(params, init_std)
+    if isinstance(problem, Target) and lam.mu.ndim != 1:
+        raise ValueError(
+            f"VI on a Target fits one approximation: the starting point must have shape "
+            f"({problem.dim},), got {tuple(lam.mu.shape)} (chains= is for samplers)"
+        )
+    return lam
+
+
+def init_state(
+    problem: Problem,
+    opt: SGD | Adam,
+    params: TensorTree | DiagGaussianParams | None,
+    init_std: float,
+    generator: torch.Generator,
+) -> VIState:
+    """The initial state: λ₀ from :func:`initial_lam`, the optimiser state, the noise."""
+    lam = initial_lam(problem, params, init_std, generator)
+    noise = rng.split(generator, device=device_of(lam.mu))
+    return VIState(lam=lam, opt_state=opt.init(lam), rng_state=rng.state_of(noise), step=0)
+
+
+def draw_eps(lam: DiagGaussianParams, n: int, generator: torch.Generator) -> TensorTree:
+    """``n`` standard normal draws per coordinate, stacked along a new leading dimension."""
+    return tree_map(
+        lambda m: torch.randn((n, *m.shape), generator=generator, dtype=m.dtype, device=m.device),
+        lam.mu,
+    )
+
+
+def reparam(lam: DiagGaussianParams, eps: TensorTree) -> TensorTree:
+    """``θ = μ + σ ε`` (``eps`` with or without a leading draw dimension)."""
+    return tree_map(lambda m, r, e: m + r.exp() * e, lam.mu, lam.rho, eps)
+
+
+def num_draws(stacked: TensorTree) -> int:
+    """The leading (draw) dimension of a stacked tree."""
+    return tree_leaves(stacked)[0].shape[0]
+
+
+def minibatch_scores(
+    problem: Problem, thetas: TensorTree, batch: Batch, kld: float = 1.0
+) -> tuple[Tensor, TensorTree]:
+    """Mean value and stacked minibatch scores ŝ(θ_k) of the stacked draws ``thetas``.
+
+    No graph is kept. A Target scores all rows in one call (its scores are per row); a
+    network takes one oracle call (forward + backward) per draw. ``kld`` < 1 inflates the
+    likelihood part by 1/kld (BayesDLL's KL discount, ``docs/vi.md``):
+    ŝ = ∇log p + (ŝ − ∇log p)/kld, with the prior's score from ``problem.log_prior``.
+    """
+    if isinstance(problem, Target):
+        value, score = problem.value_and_score(thetas, batch)
+        return value / thetas.shape[0], score
+    values, scores = [], []
+    for k in range(num_draws(thetas)):
+        theta = tree_map(lambda t, k=k: t[k], thetas)
+        value, score = problem.value_and_score(theta, batch)
+        if kld != 1.0:
+            prior = torch.func.grad(lambda p: problem.log_prior(p) / problem.temperature)(theta)
+            score = tree_map(lambda s, p: p + (s - p) / kld, score, prior)
+        values.append(value)
+        scores.append(score)
+    return torch.stack(values).mean(), stack(scores)
+
+
+def entropy(lam: DiagGaussianParams) -> Tensor:
+    """``H(q) = Σ_i [ρ_i + ½(1 + log 2π)]``."""
+    const = 0.5 * (1.0 + math.log(2 * math.pi))
+    return sum(r.sum() + const * r.numel() for r in tree_leaves(lam.rho))
+
+
+def apply_grads(
+    opt: SGD | Adam, state: VIState, grads: DiagGaussianParams, lr: float,
+    generator: torch.Generator,
+) -> VIState:
+    """One optimiser step on λ (``grads`` of the loss to *minimise*); saves the generator."""
+    updates, opt_state = opt.update(grads, state.opt_state, state.lam, lr)
+    lam = tree_map(lambda p, u: p + u, state.lam, updates)
+    return VIState(lam=lam, opt_state=opt_state, rng_state=rng.state_of(generator),
+                   step=state.step + 1)
+
+
+__all__ = [
+    "VIState",
+    "apply_grads",
+    "check_hyper",
+    "draw_eps",
+    "entropy",
+    "init_state",
+    "initial_lam",
+    "make_opt",
+    "minibatch_scores",
+    "num_draws",
+    "reparam",
+    "setup",
+]

@@ -1,0 +1,431 @@
+"""Proximal stochastic-gradient score-based VI (SSM-prox), diagonal Gaussian family.
+
+M. Kim, "Large-scale Score-based Variational Posterior Inference for Bayesian Deep
+Neural Networks", arXiv 2602.05873 (2026); derivations in ``docs/score_vi.md``. Per
+iteration, with the anchor q_t frozen and S draws θ_k ~ q_t (no reparameterisation)::
+
+    q_{t+1} = argmin_λ (1/S) Σ_k [ α_t ‖∇log q_λ(θ_k) − ∇log q_t(θ_k)‖² + ‖∇log q_λ(θ_k) − ŝ_k‖² ]
+    α_t = α_max · min(1, t / warmup)
+
+with ŝ_k the unbiased minibatch score at θ_k (one ordinary forward/backward per draw; no
+graph through the network). Two solvers:
+
+* ``solver="gradient"`` (**the default**): ``inner_steps`` K optimiser steps on the
+  Rao-Blackwellised (or Monte Carlo) loss per anchor. With ``precondition="sigma2"`` the
+  gradients are σ²∂μ/(2N) and σ²∂ρ/(4N). **At K = 1 (the default) these are exactly
+  ADVI's negative-ELBO gradients** (−mean ŝ/N and −(1 + mean (θ−μ)ŝ)/N), so the iterates
+  are ``advi``'s, to float rounding (tested). ``loss="mc"`` at K = 1 is ADVI with
+  sticking-the-landing gradients. α cannot act at K = 1: the proximal term has zero
+  gradient at the anchor. For K > 1, ``precondition="natural"`` divides by the loss's
+  own diagonal curvature (2(1+α)a² for μ, 8(1+α)a²σ_t² for ρ). With ``optimizer="sgd"``
+  and lr ω ≤ 1, one inner step is then the damped closed-form step to first order, and
+  more inner steps solve the per-anchor problem instead of fighting its restoring term.
+  This is the route for families without a closed form.
+* ``solver="closed_form"`` (**the proximal method**, opt-in): the argmin itself, exact in
+  natural parameters, damped by ω, with an antithetic-pair Stein (Hutchinson) curvature
+  estimate averaged over steps (:mod:`.score_vi_closed_form`). It takes natural-gradient
+  steps, so σ moves by a fixed fraction per step whatever its scale: from σ₀ = 1e-6 it is
+  at the mean-field optimum of a 20-D Gaussian in 200 steps, where ADVI is not. On
+  networks the per-weight curvature is too noisy for its Newton-like mean steps.
+  ``bdlkit bench score-vi-study`` and ``bnn-lowdata`` show it behind ADVI on MNIST, so
+  it is not the default.
+
+``kld`` < 1 inflates the likelihood by 1/kld (BayesDLL's KL discount):
+ŝ = ∇log p + (1/kld)(ŝ − ∇log p). Memory: λ, the anchor and the solver state (Adam moments,
+or the curvature average).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from bdlkit.algorithms.options import builder
+from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
+from bdlkit.algorithms.vi.common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
+from bdlkit.core import rng
+from bdlkit.core.protocol import Batch, Info, Problem
+from bdlkit.core.schedules import Schedule, resolve
+from bdlkit.core.tree import (
+    TensorTree,
+    all_finite,
+    device_of,
+    pytree_dataclass,
+    tree_map,
+    unzip_pairs,
+)
+from bdlkit.families import diag_gaussian as family
+from bdlkit.families.diag_gaussian import DiagGaussianParams
+from bdlkit.problems import BayesianModel, Target
+
+KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
+
+#: The defaults of the options whose sensible value depends on the solver (stated once).
+#: closed_form: ``benchmarks/results/score-vi-study`` (``bdlkit bench score-vi-study``).
+SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gradient": {"lr": 1e-2, "num_samples": 1, "antithetic": False, "alpha_max": 0.5, "warmup": 0,
+                 "omega": None, "curvature_decay": 0.0},
+    "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5, "warmup": None,
+                    "omega": 0.1, "curvature_decay": 0.99},
+}
+WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run
+PRECONDITIONERS = ("sigma2", "natural", "none")
+#: True while :meth:`ScoreVI.for_run` re-creates the algorithm: no build warning again.
+_REBINDING = contextvars.ContextVar("score_vi_rebinding", default=False)
+
+
+@pytree_dataclass
+class ScoreVIState:
+    lam: DiagGaussianParams  # the current q_λ
+    anchor: DiagGaussianParams  # the frozen q_t
+    opt_state: Any  # optimiser state (gradient solver) or ClosedFormState
+    rng_state: Tensor
+    step: int
+
+
+@dataclass(frozen=True)
+class ScoreVI(DiagGaussianVI):
+    """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
+
+    The options left at None take their solver's value in ``SOLVER_DEFAULTS`` (what the
+    fields then hold); setting one that cannot act in the configuration warns.
+
+    Args:
+        lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2); the
+            closed form has none (ω is its step).
+        optimizer: "adam" or "sgd" (gradient solver).
+        momentum: SGD's momentum in [0, 1), as in advi.
+        num_samples: S draws per step (default: 2, one antithetic pair, for the closed
+            form; 1 for the gradient solver).
+        inner_steps: K optimiser steps per anchor (gradient solver; the closed form solves
+            each anchor's problem exactly, K = 1).
+        alpha_max: the proximal weight after the warm-up, in [0, 1] (default 0.5).
+        warmup: steps over which α rises from 0 to α_max (default: 10 % of the run for
+            the closed form; 0 for the gradient solver).
+        init_std: σ of q₀ around the initial parameters.
+        loss: "rb" (Rao-Blackwellised) or "mc" (Monte Carlo).
+        solver: "gradient" (default; at K = 1 it is ADVI, see the module docstring) or
+            "closed_form" (the proximal argmin).
+        omega: the closed form's damping in (0, 1] (default: 0.1 for the closed form).
+        curvature_decay: β in [0, 1) of the average of the Stein curvature over steps
+            (closed form; 0: this step's estimate only, as in the paper).
+        antithetic: draw S/2 pairs μ_t ± σ_t ε (default: on for the closed form).
+        a_min: precision floor of the closed form (default :func:`precision_floor`).
+        max_step: the closed form's trust region: no coordinate of μ moves by more than
+            this many σ in one step (counted in ``info["step_clipped"]``; default inf:
+            none, as a capped divergence hides from the guard).
+        kld: likelihood inflation 1/kld, kld in (0, 1] (a BayesianModel only).
+        precondition: "sigma2" (default; True), "natural" or "none" (False) for the
+            gradient solver.
+    """
+
+    problem: Problem
+    lr: float | Schedule | None = None
+    optimizer: Literal["adam", "sgd"] = "adam"
+    momentum: float = 0.9
+    num_samples: int | None = None
+    inner_steps: int = 1
+    alpha_max: float | None = None
+    warmup: int | None = None
+    init_std: float = 1e-2
+    loss: Literal["rb", "mc"] = "rb"
+    solver: Literal["gradient", "closed_form"] = "gradient"
+    omega: float | None = None
+    curvature_decay: float | None = None
+    antithetic: bool | None = None
+    a_min: float | None = None
+    max_step: float = float("inf")
+    kld: float = 1.0
+    precondition: Literal["sigma2", "natural", "none"] | bool = "sigma2"
+    name: str = "score_vi"
+    _opt: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Check the options and resolve those left at None (idempotent: a resolved
+        algorithm re-created by ``dataclasses.replace`` keeps its values)."""
+        solver, inner_steps, set_attr = self.solver, self.inner_steps, object.__setattr__
+        if solver not in SOLVER_DEFAULTS:
+            raise ValueError(f"solver must be 'closed_form' or 'gradient', got {solver!r}")
+        if solver == "closed_form" and inner_steps != 1:
+            raise ValueError(f"inner_steps={inner_steps}: the closed form solves each anchor's "
+                             "problem exactly (K = 1); use solver='gradient' for K > 1")
+        defaults = SOLVER_DEFAULTS[solver]
+        given = {k: getattr(self, k) for k in defaults}
+        quiet = _REBINDING.get()
+        if not quiet:
+            _warn_inert(solver, inner_steps, given)
+        opts = {k: (defaults[k] if v is None else v) for k, v in given.items()}
+        if isinstance(self.precondition, bool):
+            set_attr(self, "precondition", "sigma2" if self.precondition else "none")
+        _check(self.problem, solver, self.loss, self.precondition, inner_steps, self.init_std,
+               self.kld, self.a_min, self.max_step, opts)
+        if solver == "closed_form" and isinstance(self.problem, BayesianModel) and not quiet:
+            warnings.warn("score_vi: the closed-form solver is experimental on networks: on "
+                          "the MNIST MLP of `bdlkit bench score-vi-study` it is behind ADVI at "
+                          "every omega and fails at omega=0.1 (its per-weight Stein curvature "
+                          "is too noisy for its Newton-like steps); solver='gradient' is the "
+                          "tested default", stacklevel=4)  # build's caller
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        opts["num_samples"] = int(opts["num_samples"])
+        for name, kind in (("momentum", float), ("inner_steps", int), ("init_std", float),
+                           ("max_step", float), ("kld", float)):
+            opts[name] = kind(getattr(self, name))
+        for name, value in opts.items():
+            set_attr(self, name, value)
+        set_attr(self, "_opt", make_opt(self.optimizer, self.momentum))
+
+    @property
+    def step_size_param(self) -> str:
+        """The option that sets the step size (named in the runner's NaN message)."""
+        return "omega" if self.solver == "closed_form" else "lr"
+
+    def for_run(self, total_steps: int) -> ScoreVI:
+        """Bind ``warmup=None`` to 10 % of the run (the runner calls this)."""
+        if self.warmup is not None:
+            return self
+        token = _REBINDING.set(True)  # the user was warned when building it
+        try:
+            return dataclasses.replace(self, warmup=max(1, int(WARMUP_FRACTION * total_steps)))
+        finally:
+            _REBINDING.reset(token)
+
+    def init(self, params: TensorTree | DiagGaussianParams | None = None, *,
+             generator: torch.Generator) -> ScoreVIState:
+        lam = initial_lam(self.problem, params, self.init_std, generator)
+        noise = rng.split(generator, device=device_of(lam.mu))
+        opt = closed_form.init(lam, self.omega) if self.solver == "closed_form" \
+            else self._opt.init(lam)
+        return ScoreVIState(lam=lam, anchor=lam, opt_state=opt, rng_state=rng.state_of(noise),
+                            step=0)
+
+    def alpha(self, step: int) -> float:
+        """α_t = α_max · min(1, t / warmup) (docs/score_vi.md); no warm-up when ``warmup`` is 0 or unbound."""
+        return self.alpha_max * min(1.0, step / self.warmup) if self.warmup else self.alpha_max
+
+    def anchor_draws(self, anchor: DiagGaussianParams, gen: torch.Generator) -> TensorTree:
+        """S draws of q_t: independent, or S/2 antithetic pairs μ_t ± σ_t ε."""
+        if not self.antithetic:
+            return family.sample(anchor, self.num_samples, gen)
+        half = family.sample(DiagGaussianParams(mu=tree_map(torch.zeros_like, anchor.mu),
+                                                rho=anchor.rho), self.num_samples // 2, gen)
+        return tree_map(lambda m, e: torch.cat([m + e, m - e]), anchor.mu, half)
+
+    def step(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
+        t = state.step
+        anchor = state.lam if t % self.inner_steps == 0 else state.anchor
+        alpha = self.alpha(t // self.inner_steps * self.inner_steps)
+        gen = rng.from_state(state.rng_state, device=device_of(anchor.mu))
+        thetas = self.anchor_draws(anchor, gen)  # (S, ...) from q_t, no grad
+        value, scores = minibatch_scores(self.problem, thetas, batch, self.kld)
+        info: dict[str, Any] = {"log_prob": value, "alpha": alpha}
+        if self.solver == "closed_form" and not all_finite((value, scores)):
+            # draws from an overshooting q: back off instead of passing NaN on (guard)
+            lam, opt_state = closed_form.back_off(state.opt_state, t, "a score was not finite")
+            info = {"alpha": alpha, "rejected": 1.0}
+        elif self.solver == "closed_form":
+            lam, opt_state, extra = closed_form.step(
+                state.lam, anchor, thetas, scores, alpha, state.opt_state,
+                a_min=self._floor(anchor), decay=self.curvature_decay, loss=self.loss,
+                antithetic=self.antithetic, max_step=self.max_step, t=t)
+            info.update(extra)
+        else:
+            grads = self.gradients(state.lam, anchor, thetas, scores, alpha)
+            updates, opt_state = self._opt.update(grads, state.opt_state, state.lam,
+                                                  resolve(self.lr, t))
+            lam = tree_map(lambda p, u: p + u, state.lam, updates)
+        new = ScoreVIState(lam=lam, anchor=anchor, opt_state=opt_state,
+                           rng_state=rng.state_of(gen), step=t + 1)
+        return new, info
+
+    def _floor(self, like: DiagGaussianParams) -> TensorTree:
+        floor = self.a_min if self.a_min is not None else precision_floor(self.problem)
+        return tree_map(lambda m: torch.full_like(m, floor), like.mu)
+
+    def gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
+                  thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:
+        """The preconditioned λ-gradient of the per-anchor loss (module docstring)."""
+        n = float(self.problem.num_data)
+        if self.precondition == "sigma2" and self.loss == "rb" and anchor is lam:  # = ADVI
+            return anchored_rb_gradients(lam, thetas, scores, n)
+        centred = self.precondition == "natural" and self.loss == "rb"
+        extra = {"centred": True, "antithetic": self.antithetic} if centred else {}
+        grads = (rb_gradients if self.loss == "rb" else mc_gradients)(
+            lam, anchor, thetas, scores, alpha, **extra)
+        if self.precondition == "natural":
+            return natural_precondition(grads, lam, anchor, alpha)
+        if self.precondition == "none":
+            return DiagGaussianParams(mu=tree_map(lambda g: g / (2 * n), grads.mu),
+                                      rho=tree_map(lambda g: g / (4 * n), grads.rho))
+        var = tree_map(lambda r: (2 * r).exp(), lam.rho)
+        return DiagGaussianParams(mu=tree_map(lambda g, v: g * v / (2 * n), grads.mu, var),
+                                  rho=tree_map(lambda g, v: g * v / (4 * n), grads.rho, var))
+
+
+def precision_floor(problem: Problem) -> float:
+    """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel with an
+    isotropic Gaussian prior (a log-concave likelihood cannot make q wider than the prior),
+    else 1e-8."""
+    scale = getattr(getattr(problem, "prior", None), "scale", None)
+    if isinstance(problem, BayesianModel) and scale:
+        return 1.0 / (scale**2 * problem.temperature)
+    return 1e-8
+
+
+def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: bool,
+               antithetic: bool = False) -> Tensor:
+    """mean_k (θ_k − μ) ŝ_k; ``centred``: its anchor part as the unbiased
+    :func:`~.score_vi_closed_form.anchor_covariance`, plus (μ_t − μ)·ŝ̄ (same expectation)."""
+    if not centred:
+        return ((theta - lam_mu) * s).mean(0)
+    return closed_form.anchor_covariance(theta, mu_t, s, antithetic) + (mu_t - lam_mu) * s.mean(0)
+
+
+def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
+                 scores: TensorTree, alpha: float, centred: bool = False,
+                 antithetic: bool = False) -> DiagGaussianParams:
+    """∇_λ of the Rao-Blackwellised loss (docs/vi.md), per coordinate, with a = 1/σ²::
+
+        ∂μ = 2(1+α) a² (μ − μ_t) − 2a·mean_k ŝ_k
+        ∂a = α[2a(μ − μ_t)² − 2(a_t − a)σ_t²] + 2a(σ_t² + (μ_t − μ)²) + 2·mean_k (θ_k − μ) ŝ_k
+        ∂ρ = −2a · ∂a
+    """
+    def per_leaf(mu, rho, mu_t, rho_t, theta, s):
+        a, a_t = (-2 * rho).exp(), (-2 * rho_t).exp()
+        var_t, dm = 1.0 / a_t, mu - mu_t
+        cross = cross_term(mu, mu_t, theta, s, centred, antithetic)
+        g_mu = 2 * (1 + alpha) * a**2 * dm - 2 * a * s.mean(0)
+        g_a = alpha * (2 * a * dm**2 - 2 * (a_t - a) * var_t) + 2 * a * (var_t + dm**2) \
+            + 2 * cross
+        return g_mu, -2 * a * g_a
+
+    return _per_leaf(per_leaf, lam, anchor, thetas, scores)
+
+
+def anchored_rb_gradients(lam: DiagGaussianParams, thetas: TensorTree, scores: TensorTree,
+                          num_data: float) -> DiagGaussianParams:
+    """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (K = 1), over 2N (μ) and 4N (ρ):
+    ``−mean_k ŝ_k / N`` and ``−(1 + mean_k (θ_k − μ) ŝ_k) / N``, ADVI's gradients."""
+    mu = tree_map(lambda s: s.mean(0) / -num_data, scores)
+    rho = tree_map(lambda t, m, s: (1 + ((t - m) * s).mean(0)) / -num_data, thetas, lam.mu,
+                   scores)
+    return DiagGaussianParams(mu=mu, rho=rho)
+
+
+def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,
+                         anchor: DiagGaussianParams, alpha: float) -> DiagGaussianParams:
+    """Divide by the per-anchor loss's diagonal curvature: ∂²/∂μ² = 2(1+α)a² and, near the
+    argmin, ∂²/∂ρ² ≈ 8(1+α)a²(σ_t² + (μ − μ_t)²)."""
+    def per_leaf(g_mu, g_rho, mu, rho, mu_t, rho_t):
+        a2 = (-4 * rho).exp()
+        h_rho = 8 * (1 + alpha) * a2 * ((2 * rho_t).exp() + (mu - mu_t) ** 2)
+        return g_mu / (2 * (1 + alpha) * a2), g_rho / h_rho
+
+    pairs = tree_map(per_leaf, grads.mu, grads.rho, lam.mu, lam.rho, anchor.mu, anchor.rho)
+    mu, rho = unzip_pairs(pairs)
+    return DiagGaussianParams(mu=mu, rho=rho)
+
+
+def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
+                 scores: TensorTree, alpha: float) -> DiagGaussianParams:
+    """∇_λ of the plain Monte Carlo loss (docs/vi.md), R_k = (1+α) g_λ(θ_k) − α g_t(θ_k) − ŝ_k::
+
+        ∂μ = mean_k 2 R_k / σ²,   ∂ρ = mean_k 4 R_k (θ_k − μ) / σ²
+    """
+    def per_leaf(mu, rho, mu_t, rho_t, theta, s):
+        a, a_t = (-2 * rho).exp(), (-2 * rho_t).exp()
+        r = (1 + alpha) * (-(theta - mu) * a) + alpha * (theta - mu_t) * a_t - s
+        return (2 * r * a).mean(0), (4 * r * (theta - mu) * a).mean(0)
+
+    return _per_leaf(per_leaf, lam, anchor, thetas, scores)
+
+
+def _per_leaf(fn, lam, anchor, thetas, scores) -> DiagGaussianParams:
+    mu, rho = unzip_pairs(tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas,
+                                          scores))
+    return DiagGaussianParams(mu=mu, rho=rho)
+
+
+def _warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
+    """Warn about options the user set that cannot act in this configuration (set: not
+    None and not the solver's default, which a resolved algorithm holds)."""
+    rules = [  # (solver, needs K = 1, options, why and fix)
+        ("gradient", False, ("omega", "curvature_decay"),
+         "they are options of solver='closed_form'"),
+        ("gradient", True, ("alpha_max", "warmup"),
+         "α has no effect with one inner step, the proximal term having zero gradient at "
+         "the anchor: use inner_steps > 1 or solver='closed_form'"),
+        ("closed_form", False, ("lr",),
+         "the closed form takes damped argmin steps of size omega, not lr: set omega"),
+    ]
+    for rule_solver, only_k1, keys, why in rules:
+        inert = [k for k in keys
+                 if given[k] is not None and given[k] != SOLVER_DEFAULTS[solver][k]]
+        if inert and solver == rule_solver and (inner_steps == 1 or not only_k1):
+            warnings.warn(f"score_vi: {', '.join(inert)} cannot act with solver={solver!r} "
+                          f"and inner_steps={inner_steps} ({why})",
+                          stacklevel=5)  # build's caller
+
+
+def _check(problem: Problem, solver: str, loss: str, precondition: str, inner_steps: Any,
+           init_std: float, kld: float, a_min: float | None, max_step: float,
+           opts: dict[str, Any]) -> None:
+    if loss not in ("rb", "mc"):
+        raise ValueError(f"loss must be 'rb' (Rao-Blackwellised) or 'mc', got {loss!r}")
+    if precondition not in PRECONDITIONERS:
+        raise ValueError(f"precondition must be one of {PRECONDITIONERS}, got {precondition!r}")
+    s = opts["num_samples"]
+    for name, value, low in (("num_samples", s, 1), ("inner_steps", inner_steps, 1)):
+        if isinstance(value, bool) or int(value) != value or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    w = opts["warmup"]
+    if w is not None and (isinstance(w, bool) or int(w) != w or w < 0):
+        raise ValueError(f"warmup must be an integer >= 0 (or None: 10 % of the run), got {w!r}")
+    if opts["antithetic"] and s % 2:
+        raise ValueError(f"antithetic=True draws pairs: num_samples must be even, got {s}; "
+                         "pass num_samples=2 (or 4, ...) or antithetic=False")
+    if not 0 <= opts["alpha_max"] <= 1:
+        raise ValueError(f"alpha_max must be in [0, 1], got {opts['alpha_max']}")
+    if precondition == "natural" and s < 2:
+        raise ValueError(f"num_samples={s}: precondition='natural' centres the cross term over "
+                         "draws and needs num_samples >= 2 (e.g. num_samples=2, "
+                         "antithetic=True)")
+    if solver == "closed_form":
+        if not (opts["omega"] is not None and 0 < opts["omega"] <= 1):
+            raise ValueError(f"omega (the closed form's damping) must be in (0, 1], got "
+                             f"{opts['omega']!r}; try 0.1")
+        if s < 2:
+            raise ValueError(f"num_samples={s}: the closed form's curvature is a covariance "
+                             "over draws and needs num_samples >= 2 (default: one antithetic "
+                             "pair, num_samples=2)")
+        if not 0 <= opts["curvature_decay"] < 1:
+            raise ValueError(f"curvature_decay must be in [0, 1) (0: no averaging), got "
+                             f"{opts['curvature_decay']!r}; try 0.9")
+    if not max_step > 0:
+        raise ValueError(f"max_step (in units of σ) must be > 0 (inf: no trust region), got "
+                         f"{max_step!r}")
+    if not init_std > 0 or not 0 < kld <= 1 or (a_min is not None and not a_min > 0):
+        raise ValueError("init_std and a_min must be > 0 and kld in (0, 1]")
+    if kld != 1.0 and isinstance(problem, Target):
+        raise ValueError("kld (likelihood inflation) needs a BayesianModel with a prior")
+    lr = opts["lr"]
+    if lr is not None and not callable(lr) and not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+
+
+build = builder(ScoreVI)
+
+__all__ = [
+    "SOLVER_DEFAULTS", "ScoreVI", "ScoreVIState", "anchored_rb_gradients", "build",
+    "cross_term", "mc_gradients", "minibatch_scores", "natural_precondition",
+    "precision_floor", "rb_gradients",
+]
+
+
+ALGORITHM = ScoreVI

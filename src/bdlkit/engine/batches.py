@@ -1,0 +1,141 @@
+"""Minibatches as a function of the step number, so that data order survives a restart.
+
+For tensor data (a :class:`~bdlkit.data.Dataset` or ``(x, y)``) the batch of global
+step ``t`` (0-based) is::
+
+    e = t // B,  i = t mod B,  perm_e = randperm(n; seed = fold_in(seed, e)),
+    batch_t = rows perm_e[i·b : (i+1)·b]
+
+with ``B = ceil(n / b)`` batches per epoch (the last one may be smaller); a batch of all
+n rows is the data itself, in its stored order, every step. No generator
+state has to be checkpointed: resuming at step ``t`` only needs ``t``. A user
+``DataLoader`` is iterated as it is; on resume its current epoch is replayed up to
+the resume point, which reproduces the order exactly when the loader does not
+shuffle or shuffles with its own ``generator=`` (whose state at the start of each
+epoch is checkpointed through :meth:`Batches.state_dict`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, RandomSampler
+
+from bdlkit.core import rng
+from bdlkit.core.protocol import Batch, Problem
+from bdlkit.problems import Target
+
+
+class Batches:
+    """``batches(t)`` is the minibatch of step ``t`` (``None`` for a Target)."""
+
+    def __init__(self, problem: Problem, data: Any, batch_size: int, seed: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.seed = int(seed)
+        self.loader: DataLoader | None = None
+        self.x = self.y = None
+        if isinstance(problem, Target) or data is None:
+            self.per_epoch = 1
+        elif isinstance(data, DataLoader):
+            self.loader = data
+            self.per_epoch = len(data)
+            self._iter: Iterator | None = None
+            self._next_t = 0
+            self._epoch_gen_state: Tensor | None = None
+            self._resume_state: Tensor | None = None
+        else:
+            self.x, self.y = tensors_of(data)
+            n = len(self.x)
+            self.size = min(batch_size, n)
+            self.per_epoch = math.ceil(n / self.size)
+            self._epoch = -1
+            self._perm: Tensor | None = None
+
+    @property
+    def num_rows(self) -> int | None:
+        if self.x is not None:
+            return len(self.x)
+        if self.loader is not None and hasattr(self.loader, "dataset"):
+            return len(self.loader.dataset)
+        return None
+
+    def __call__(self, t: int) -> Batch:
+        if self.loader is not None:
+            return self._from_loader(t)
+        if self.x is None:
+            return None
+        if self.size == len(self.x):  # full batch: the same tensors every step (no copy)
+            return self.x, self.y
+        epoch, i = divmod(t, self.per_epoch)
+        if epoch != self._epoch:
+            gen = rng.generator(rng.fold_in(self.seed, epoch))
+            self._perm = torch.randperm(len(self.x), generator=gen).to(self.x.device)
+            self._epoch = epoch
+        idx = self._perm[i * self.size : (i + 1) * self.size]
+        return self.x[idx], self.y[idx]
+
+    # ------------------------------------------------------------------ DataLoader
+    def _from_loader(self, t: int) -> Batch:
+        assert self.loader is not None
+        if self._iter is None or t != self._next_t:
+            self._start_at(t)
+        elif t % self.per_epoch == 0:
+            self._new_epoch()
+        batch = next(self._iter)
+        self._next_t = t + 1
+        return batch[0], batch[1]
+
+    def _new_epoch(self) -> None:
+        gen = self.loader.generator
+        self._epoch_gen_state = gen.get_state() if gen is not None else None
+        self._iter = iter(self.loader)
+
+    def _start_at(self, t: int) -> None:
+        gen = self.loader.generator
+        if self._resume_state is not None and gen is not None:
+            gen.set_state(self._resume_state)
+        elif t and isinstance(self.loader.sampler, RandomSampler):
+            warnings.warn(
+                "resuming a run whose shuffling DataLoader has no generator=: the data order "
+                "after the resume point differs from an uninterrupted run; pass "
+                "DataLoader(..., generator=torch.Generator().manual_seed(s)) for exact resumes",
+                stacklevel=4,
+            )
+        self._new_epoch()
+        for _ in range(t % self.per_epoch):
+            next(self._iter)
+
+    def state_dict(self, next_step: int) -> dict[str, Tensor]:
+        """Tensors needed to replay the data order from ``next_step`` on.
+
+        Only a DataLoader with its own generator has any: the generator's state at the
+        start of the epoch that contains ``next_step``.
+        """
+        gen = self.loader.generator if self.loader is not None else None
+        if gen is None:
+            return {}
+        at_boundary = next_step % self.per_epoch == 0 or self._epoch_gen_state is None
+        return {"loader_generator": gen.get_state() if at_boundary else self._epoch_gen_state}
+
+    def load_state_dict(self, tensors: dict[str, Tensor]) -> None:
+        if self.loader is not None:
+            self._resume_state = tensors.get("loader_generator")
+            self._iter = None  # the next call replays the epoch up to the resume step
+
+
+def tensors_of(data: Any) -> tuple[Tensor, Tensor]:
+    """``(x, y)`` training tensors of a Dataset or an ``(x, y)`` pair."""
+    if hasattr(data, "x_train"):
+        return data.x_train, data.y_train
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        return data[0], data[1]
+    raise TypeError(
+        f"data must be a bdlkit Dataset, an (x, y) pair of tensors or a DataLoader, got "
+        f"{type(data).__name__}"
+    )

@@ -1,0 +1,203 @@
+"""The outcome of :func:`bdlkit.infer`: samples or an approximation, and predictions.
+
+``Result.sample(n)`` returns draws from what was inferred: the last ``n`` kept draws
+of a sampler, ``n`` draws of a VI approximation, the first ``n`` members of a deep
+ensemble, or the point estimate repeated for an optimiser. ``Result.predict(x)`` is the
+Bayesian model average over draws::
+
+    p(y | x, D) ≈ (1/S) Σ_s p(y | x, θ_s)
+
+computed in log space and streamed over draws by :mod:`bdlkit.evaluation.predictive`, returned as
+class probabilities, or for a Gaussian likelihood as the mixture's mean and variance
+(``Var = mean_s σ_s² + mean_s (μ_s - μ̄)²``); ``Result.predictive`` gives the extras. ``save``/``load``
+write JSON and safetensors only (no pickle), atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdlkit.core import rng
+from bdlkit.core.draws import ApproximationDraws, Draws, KeptDraws, NoDraws
+from bdlkit.core.protocol import Algorithm, Problem
+from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
+from bdlkit.core.tree import TensorTree
+from bdlkit.engine.collect import SampleStore
+from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA, bma
+from bdlkit.families import diag_gaussian
+from bdlkit.families.diag_gaussian import DiagGaussian
+from bdlkit.problems import BayesianModel, GaussianPredictive
+
+FORMAT_VERSION = 1
+DRAWS_SALT = 0xD7A5  # VI draws: a stream of the run's seed of their own
+
+
+class Result:
+    """Samples, final state and history of one inference run.
+
+    Args:
+        problem, algorithm, state: what ran and where it ended (``None`` for a result
+            loaded without its problem: then only kept samples and history are there).
+        samples: a sampler's kept draws: a sample store or stacked tensors.
+        history: the logged ``info`` of the run, one dict per logged step.
+        config: the run's settings (method, seed, steps, hyperparameters, ...).
+        kind: what the method returns (``bdlkit.core.protocol.KINDS``); taken from ``algorithm``
+            when there is one.
+    """
+
+    def __init__(
+        self,
+        problem: Problem | None,
+        algorithm: Algorithm | None,
+        state: Any,
+        samples: TensorTree | SampleStore | None,
+        history: list[dict[str, float]],
+        config: dict[str, Any],
+        kind: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.algorithm = algorithm
+        self.state = state
+        self.store = samples if isinstance(samples, SampleStore) else None
+        self._samples = None if self.store is not None else samples
+        self.history = history
+        self.config = config
+        self.kind = algorithm.kind if algorithm is not None else kind
+        self.source = "this session"  # or what bdlkit.load opened
+
+    @property
+    def samples(self) -> TensorTree | None:
+        """All kept draws stacked along dim 0 (read from the store on first use)."""
+        if self._samples is None and self.store is not None and len(self.store):
+            self._samples = self.store.load()
+        return self._samples
+
+    @property
+    def method(self) -> str:
+        return self.config["method"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+    @property
+    def draws(self) -> Draws:
+        """Where the draws come from: the algorithm says (:mod:`bdlkit.core.draws`)."""
+        kept = self.store if self.store is not None else self._samples
+        if self.algorithm is not None and self.state is not None:
+            return self.algorithm.draws(self.state, kept)
+        if kept is not None:
+            return KeptDraws(kept)
+        return NoDraws("this result was loaded without its problem and holds no kept "
+                       "samples; pass problem= to load")
+
+    @property
+    def num_kept(self) -> int:
+        """Number of kept sampler draws (counting each chain), or an ensemble's members."""
+        return self.draws.count
+
+    def __repr__(self) -> str:
+        return (
+            f"Result(method={self.method!r}, steps={self.config.get('steps')}, "
+            f"kept={self.num_kept}, problem={self.problem!r})"
+        )
+
+    @property
+    def params(self) -> TensorTree:
+        """The final point: chain position, optimum, variational mean or ensemble member 0."""
+        if self.algorithm is None or self.state is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        return self.algorithm.params(self.state)
+
+    def sigma_summary(self) -> list[dict[str, float | str | int]] | None:
+        """Per-tensor 10/50/90 % quantiles of a diagonal-Gaussian VI result's σ, then a row
+        over all coordinates (:func:`bdlkit.families.diag_gaussian.sigma_summary`): how far
+        the approximation is from a point estimate, layer by layer. ``None`` for results
+        without an approximation and for non-diagonal ones (full-covariance GSM/BaM)."""
+        draws = self.draws
+        q = draws.approximation if isinstance(draws, ApproximationDraws) else None
+        return diag_gaussian.sigma_summary(q.params) if isinstance(q, DiagGaussian) else None
+
+    def _generator(self, generator: torch.Generator | int | None) -> torch.Generator:
+        """``generator``, or one seeded from it, or from the run's seed (VI draws)."""
+        if isinstance(generator, torch.Generator):
+            return generator
+        if generator is not None:
+            return rng.generator(generator)
+        return rng.generator(rng.fold_in(self.seed, DRAWS_SALT))
+
+    # ------------------------------------------------------------------ draws
+    def sample(self, n: int, generator: torch.Generator | int | None = None) -> TensorTree:
+        """``n`` draws: a ``(n, d)`` tensor for a Target, a dict of ``(n, ...)`` for a model.
+
+        The last ``n`` kept draws of a sampler, the first ``n`` members of an ensemble,
+        ``n`` fresh draws of a VI approximation (from ``generator``: default the run's
+        seed), or an optimiser's point repeated."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        return self.draws.take(n, self._generator(generator))
+
+    # ------------------------------------------------------------------ prediction
+    def iter_draws(self, num_samples: int = 32, chunk: int = 16,
+                   generator: torch.Generator | int | None = None) -> Iterator[TensorTree]:
+        """Single parameter draws to average over, streamed: a sampler's kept draws (a disk
+        store shard by shard), ``num_samples`` draws of a VI approximation (``chunk`` at a
+        time, seeded by the run's seed unless ``generator`` is given), every member of an
+        ensemble, or an optimiser's point."""
+        return self.draws.stream(num_samples, self._generator(generator), chunk)
+
+    @torch.no_grad()
+    def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
+                   chunk_size: int = 1024) -> ClassificationBMA | RegressionBMA:
+        """The streaming BMA at ``x`` with its extras (:mod:`bdlkit.evaluation.predictive`): log
+        probabilities, entropies and, with ``y``, per-draw metrics; or the Gaussian
+        mixture's moments and its log density at ``y``."""
+        if self.problem is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        if not isinstance(self.problem, BayesianModel):
+            raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        return bma(self.problem, self.iter_draws(num_samples), x, y, chunk_size)
+
+    def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
+        """Bayesian model average at inputs ``x`` (see the module docstring).
+
+        ``num_samples`` draws are used for VI (kept samples for samplers, all members
+        for ensembles, the point for optimisers). Inputs are processed in chunks of ``chunk_size``; with
+        ``buffers="batch_stats"`` normalisation uses each chunk's statistics, so keep
+        chunks large. Returns class probabilities (for a Bernoulli likelihood p(y = 1)) or
+        a GaussianPredictive, in the dtype of ``x`` (accumulated in float64).
+        """
+        out = self.predictive(x, num_samples=num_samples, chunk_size=chunk_size)
+        dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+        if isinstance(out, ClassificationBMA):
+            if getattr(self.problem.likelihood, "name", "") == "bernoulli":
+                return out.probs[:, 1].to(dtype)  # p(y = 1), as the likelihood's predictive
+            return out.probs.to(dtype)
+        return GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``result.json``, ``state.safetensors`` and ``samples.safetensors`` under ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        for name, content in (("state", self.state), ("samples", self.samples)):
+            if content is None:  # never leave a file of an earlier result behind
+                (path / f"{name}.safetensors").unlink(missing_ok=True)
+        if self.state is not None:
+            save_tensors(path / "state.safetensors", state_to_tensors(self.state))
+        if self.samples is not None:
+            samples = self.samples if isinstance(self.samples, dict) else {"_": self.samples}
+            save_tensors(path / "samples.safetensors", samples)
+        save_json(
+            path / "result.json",
+            {"format": FORMAT_VERSION, "config": self.config, "history": self.history},
+        )
+        return path

@@ -1,0 +1,466 @@
+"""``bdlkit.Runner``: drive any algorithm over data, with progress, logs and checkpoints.
+
+The loop, for ``t = start, ..., total - 1``::
+
+    batch = batches(t)                      # a pure function of (seed, t): bdlkit.engine.batches
+    state, info = algorithm.step(state, batch)
+    stop if info["log_prob"] is NaN/inf     # last good checkpoint stays on disk
+    store.offer(t + 1, params(state))       # burn-in, thinning, cap: bdlkit.engine.collect
+    log / evaluate / checkpoint when due
+    at the end of a VI run: warn if σ never moved or q is still moving (bdlkit.engine.vi_checks)
+
+With a ``run_dir`` the runner writes ``log.jsonl`` (one JSON line per logged step)
+and ``checkpoints/step-<t>.safetensors`` (every ``checkpoint_every`` steps, every
+``checkpoint_seconds`` seconds, on Ctrl-C and at the end). ``fit(resume=True)``
+restores the newest checkpoint and continues bit-exactly: the trajectory, kept
+samples and log equal those of an uninterrupted run with the same seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from bdlkit.core import rng
+from bdlkit.core.errors import NonFiniteError
+from bdlkit.core.protocol import Algorithm
+from bdlkit.core.serialization import CorruptFileError, state_from_tensors, state_to_tensors
+from bdlkit.core.tree import TensorTree, all_finite
+from bdlkit.engine import vi_checks
+from bdlkit.engine.batches import Batches
+from bdlkit.engine.checkpoint import (
+    Checkpoint,
+    global_rng_state,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_global_rng_state,
+)
+from bdlkit.engine.collect import DiskStore, MemoryStore, SampleStore
+from bdlkit.engine.result import Result
+from bdlkit.engine.runlog import append_log, read_log, truncate_log
+from bdlkit.engine.signals import deferred_stop
+from bdlkit.families.diag_gaussian import DiagGaussianParams
+from bdlkit.families.full_gaussian import FullGaussianParams
+from bdlkit.problems import Target
+
+DATA_SEED_SALT = 0xDA7A
+CHECKPOINT_FORMAT = 2  # 2: the hyperparameter record of bdlkit.core.protocol.AlgorithmBase
+FORMAT_SINCE = "0.2.0"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by Ctrl-C (SIGINT) or SIGTERM after a checkpoint was written."""
+
+    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT) -> None:
+        where = f"; checkpoint {checkpoint}" if checkpoint else " (no run_dir: nothing saved)"
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {name} after step {step}{where}")
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
+
+    def __reduce__(self) -> tuple:  # picklable, e.g. from a worker process
+        return (Interrupted, (self.step, self.checkpoint, self.signum))
+
+
+class Runner:
+    """Run ``algorithm`` for a number of steps or epochs (see the module docstring).
+
+    The runner is built whole: with ``steps`` or ``epochs`` it binds the run length to
+    the algorithm (``algorithm.for_run``), builds the sampler's store and fixes the
+    checkpoint cadence here, once; nothing outside assigns its attributes. (Without a
+    length, ``fit(steps=...)`` binds it on the first call.)
+
+    Args:
+        algorithm: any object following :class:`~bdlkit.core.protocol.Algorithm`.
+        data: training data for a model (Dataset, ``(x, y)`` or DataLoader); None for a
+            Target. Validated once, here (``problem.validate_data``).
+        steps, epochs: the run length (at most one).
+        seed: seeds initialisation (through ``algorithm.init``) and data order.
+        batch_size: minibatch size for tensor data.
+        store: where sampler draws go (default: :func:`default_store` with ``burnin``,
+            ``thin`` and ``max_samples``, under ``run_dir/samples`` with a run_dir);
+            ignored by optimisers and VI.
+        burnin, thin, max_samples: the default store's settings (None: its defaults).
+        run_dir: folder for ``log.jsonl``, ``checkpoints/`` (and ``samples/`` for the
+            default store); None keeps everything in memory.
+        init, chains: starting parameters (default ``problem.init_params``) and the number
+            of chains on a Target.
+        log_every: log every this many steps (and the last one).
+        eval_fn, eval_every: ``eval_fn(params) -> {name: value}`` on held-out data every
+            ``eval_every`` steps, logged as ``eval/<name>``.
+        checkpoint_every, checkpoint_seconds: checkpoint cadence in steps and/or seconds.
+        checkpoints_per_run: without ``checkpoint_every``, checkpoint this many times per
+            run (``bdlkit fit`` uses 10); None: only at the end and by time.
+        progress: show a tqdm bar with ETA, the log density and the latest evaluation.
+        warm_start: q₀ of a VI run is a Gaussian approximation, not a point with σ =
+            ``init_std`` (default: whether ``init`` is a Gaussian λ); it skips the σ check
+            of :mod:`bdlkit.engine.vi_checks`, which every VI run gets at the end.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        data: Any = None,
+        *,
+        steps: int | None = None,
+        epochs: int | None = None,
+        seed: int = 0,
+        batch_size: int = 128,
+        store: SampleStore | None = None,
+        burnin: int | None = None,
+        thin: int | None = None,
+        max_samples: int | None = None,
+        run_dir: str | os.PathLike | None = None,
+        init: TensorTree | None = None,
+        chains: int | None = None,
+        log_every: int = 1,
+        eval_fn: Callable[[TensorTree], dict[str, float]] | None = None,
+        eval_every: int | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_seconds: float | None = None,
+        checkpoints_per_run: int | None = None,
+        progress: bool = False,
+        warm_start: bool | None = None,
+    ) -> None:
+        for name, value in (("log_every", log_every), ("eval_every", eval_every),
+                            ("checkpoint_every", checkpoint_every)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if checkpoint_seconds is not None and not checkpoint_seconds > 0:
+            raise ValueError(f"checkpoint_seconds must be > 0, got {checkpoint_seconds}")
+        if eval_every is not None and eval_fn is None:
+            raise ValueError("eval_every needs eval_fn")
+        if chains is not None and chains < 1:
+            raise ValueError(f"chains must be >= 1, got {chains}")
+        self.algorithm = algorithm
+        self.problem = algorithm.problem
+        self.problem.validate_data(data)
+        self.data = data
+        self.seed = int(seed)
+        self.batches = Batches(self.problem, data, batch_size, rng.fold_in(seed, DATA_SEED_SALT))
+        if algorithm.full_batch:  # HMC, NUTS: exact gradients
+            batch_size = self._full_batch(batch_size)
+        self.batch_size = batch_size
+        self.store = store
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.init, self.chains = init, chains
+        self.log_every, self.eval_fn, self.eval_every = log_every, eval_fn, eval_every
+        self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
+        self.progress = progress
+        self.warm_start = (isinstance(init, (DiagGaussianParams, FullGaussianParams))
+                           if warm_start is None else warm_start)
+        self.last_checkpoint: Path | None = None
+        if max_samples is not None and max_samples < 1:
+            raise ValueError(f"max_samples must be >= 1, got {max_samples}")
+        self._store_settings = {"burnin": burnin, "thin": thin, "max_samples": max_samples}
+        self._checkpoints_per_run = checkpoints_per_run
+        self.total: int | None = None
+        if steps is not None or epochs is not None:
+            self._bind(self.num_steps(steps, epochs))
+
+    def _bind(self, total: int) -> None:
+        """Fix the run length: bind it to the algorithm, build the default store, set the
+        checkpoint cadence. Called once (a second, different length is refused)."""
+        if self.total is not None:
+            if total != self.total:
+                raise ValueError(f"this runner was built for {self.total} steps; fit() asked "
+                                 f"for {total}: build a new Runner for another run length")
+            return
+        self.total = total
+        self.algorithm = self.algorithm.for_run(total)  # e.g. cyclical cycle_steps
+        if self.algorithm.collects_draws and self.store is None:
+            self.store = default_store(total, isinstance(self.problem, Target), self.run_dir,
+                                       **self._store_settings, **store_options(self.algorithm))
+        if self.checkpoint_every is None and self._checkpoints_per_run:
+            self.checkpoint_every = max(1, total // self._checkpoints_per_run)
+
+    def _full_batch(self, batch_size: int) -> int:
+        rows = self.batches.num_rows
+        if self.batches.loader is not None and self.batches.per_epoch != 1:
+            raise ValueError(
+                f"{self.algorithm.name} needs full-batch gradients but the DataLoader yields "
+                f"{self.batches.per_epoch} batches per epoch; pass the data as a Dataset or "
+                "(x, y) tensors, or a DataLoader with one batch"
+            )
+        if rows is not None and rows != batch_size:
+            self.batches = Batches(self.problem, self.data, rows, self.batches.seed)
+            return rows
+        return batch_size
+
+    # ------------------------------------------------------------------ public
+    def num_steps(self, steps: int | None = None, epochs: int | None = None) -> int:
+        """Total steps for ``steps=`` or ``epochs=`` (exactly one)."""
+        if (steps is None) == (epochs is None):
+            raise ValueError("give exactly one of steps= or epochs=")
+        if steps is not None:
+            if steps < 1:
+                raise ValueError(f"steps must be >= 1, got {steps}")
+            return int(steps)
+        if self.batches.x is None and self.batches.loader is None:
+            raise ValueError("epochs= needs data; a Target has none: use steps=")
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        return int(epochs) * self.batches.per_epoch
+
+    def initial_state(self) -> Any:
+        """``algorithm.init`` at the seeded initial parameters (also the resume template)."""
+        gen = rng.generator(self.seed)
+        init = self.init
+        if init is None:
+            init = (self.problem.init_params(gen, self.chains) if self.chains
+                    else self.problem.init_params(gen))
+        return self.algorithm.init(init, generator=gen)
+
+    def fit(
+        self,
+        steps: int | None = None,
+        epochs: int | None = None,
+        *,
+        resume: bool = False,
+        config: dict[str, Any] | None = None,
+    ) -> Result:
+        """Run to the runner's length (or ``steps``/``epochs`` given here, when it was built
+        without one) in total; ``resume=True`` continues from ``run_dir``."""
+        if steps is not None or epochs is not None or self.total is None:
+            self._bind(self.num_steps(steps, epochs))
+        total = self.total
+        sampler = self.algorithm.collects_draws
+        vi = self.algorithm.kind == "vi"
+        watch = vi_checks.snapshot_step(total) if vi and isinstance(self.problem, Target) else None
+        snapshot = None
+        state, start, history, elapsed = self._start(total, resume)
+        log = self.run_dir / "log.jsonl" if self.run_dir else None
+        if log is not None:
+            truncate_log(log, start)
+        method = self.algorithm.name
+        bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
+                   dynamic_ncols=True)
+        clock = time.perf_counter()
+        last_ckpt_time = clock
+        t = start
+        with deferred_stop() as interrupted:
+            while t < total:
+                new_state, info = self.algorithm.step(state, self.batches(t))
+                self._check_finite(info.get("log_prob"), t + 1)
+                state, t = new_state, t + 1
+                snapshot = state if t == watch else snapshot
+                if sampler and self.algorithm.keep(t):
+                    self.store.offer(t, self.algorithm.params(state))
+                entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
+                if entry is not None:
+                    history.append(entry)
+                    if log is not None:
+                        append_log(log, entry)
+                    bar.set_postfix(_postfix(entry), refresh=False)
+                bar.update(1)
+                now = time.perf_counter()
+                due = (self.checkpoint_every is not None and t % self.checkpoint_every == 0) or (
+                    self.checkpoint_seconds is not None
+                    and now - last_ckpt_time >= self.checkpoint_seconds
+                )
+                if self.run_dir is not None and (due or t == total or interrupted() is not None):
+                    self._checkpoint(state, t, total, elapsed + now - clock)
+                    last_ckpt_time = now
+                if interrupted() is not None and t < total:
+                    bar.close()
+                    raise Interrupted(t, self.last_checkpoint, interrupted())
+        bar.close()
+        if not all_finite(self.algorithm.params(state)):
+            raise NonFiniteError(self._nan_message("the parameters", total))
+        run_config = {
+            "method": method, "kind": self.algorithm.kind, "seed": self.seed, "steps": total,
+            "batch_size": self.batch_size, "chains": self.chains,
+            **{k: (getattr(self.store, k) if sampler else None)
+               for k in ("burnin", "thin", "max_samples")},
+            "wall_time_s": elapsed + time.perf_counter() - clock, "problem": repr(self.problem),
+            **(config or {}),
+        }
+        if vi:
+            vi_checks.warn_if_unfinished(self.algorithm, state, warm_start=self.warm_start,
+                                         snapshot=snapshot, snapshot_at=watch, total=total)
+        store = self.store if sampler else None
+        return Result(self.problem, self.algorithm, state, store, history, run_config)
+
+    def fingerprint(self) -> dict[str, str]:
+        """What must not change between a run and its resume, as text for the checkpoint:
+        the algorithm's name, kind and shown fields (its options and fixed constants; the
+        derived members are ``repr=False``), the version of its update rule
+        (``VERSION``), the problem, the batch size and the chains."""
+        algorithm = self.algorithm
+        hyper = {f.name: repr(getattr(algorithm, f.name))
+                 for f in dataclasses.fields(algorithm) if f.name != "problem" and f.repr}
+        hyper.update(name=repr(algorithm.name), kind=repr(algorithm.kind))
+        return {"hyperparameters": json.dumps(hyper, sort_keys=True),
+                "algorithm_version": str(algorithm.VERSION),
+                "problem": repr(self.problem),
+                "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
+                        f"chains={self.chains}"}
+
+    # ------------------------------------------------------------------ internals
+    def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:
+        state = self.initial_state()
+        if not resume:
+            if self.run_dir is not None and latest_checkpoint(self.run_dir / "checkpoints"):
+                raise FileExistsError(
+                    f"{self.run_dir} already holds checkpoints of a run: pass resume=True to "
+                    "continue it, or use a new run_dir"
+                )
+            return state, 0, [], 0.0
+        if self.run_dir is None:
+            raise ValueError("resume=True needs the run_dir of the interrupted run")
+        path = latest_checkpoint(self.run_dir / "checkpoints")
+        if path is None:
+            raise FileNotFoundError(
+                f"no checkpoint in {self.run_dir / 'checkpoints'}: the run stopped before its "
+                "first checkpoint; start it again with --overwrite"
+            )
+        ckpt = load_checkpoint(path)
+        meta = ckpt.meta
+        expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
+                    **self.fingerprint()}
+        for key, value in expected.items():
+            saved = meta.get(key, "1" if key == "algorithm_version" else None)
+            if key == "algorithm_version" and saved != value:
+                raise ValueError(
+                    f"checkpoint {path} was written by version {saved} of {self.algorithm.name}"
+                    f", whose update rule differs from this bdlkit's (version {value}); finish "
+                    "the run with the bdlkit release that started it, or start it again"
+                )
+            if (key == "hyperparameters" and saved != value
+                    and meta.get("checkpoint_format", 1) != CHECKPOINT_FORMAT):
+                raise ValueError(
+                    f"checkpoint {path} has checkpoint format {meta.get('checkpoint_format', 1)}"
+                    f" (written before bdlkit {FORMAT_SINCE}); this version writes format "
+                    f"{CHECKPOINT_FORMAT} and records {key} differently, so it cannot check that "
+                    "the run is the same: finish the run with the bdlkit release that started "
+                    "it, or start it again"
+                )
+            if saved != value:
+                raise ValueError(
+                    f"checkpoint {path} was written with {key}={saved!r} but this run "
+                    f"has {key}={value!r}; resume with the run's own configuration"
+                )
+        try:
+            state = state_from_tensors(state, ckpt.state)
+        except CorruptFileError as err:
+            raise CorruptFileError(f"checkpoint {path}: {err}") from None
+        if self.store is not None:
+            self.store.load_state_dict(meta.get("store", {}), ckpt.store)
+        self.batches.load_state_dict(ckpt.data)
+        set_global_rng_state(ckpt.rng)
+        self.last_checkpoint = path
+        history = read_log(self.run_dir / "log.jsonl", ckpt.step)
+        return state, ckpt.step, history, float(meta.get("elapsed_s", 0.0))
+
+    def _log_entry(
+        self, state: Any, info: dict[str, Any], t: int, total: int, elapsed: float
+    ) -> dict[str, float] | None:
+        evaluate = self.eval_every is not None and (t % self.eval_every == 0 or t == total)
+        if not (t % self.log_every == 0 or t == total or evaluate):
+            return None
+        entry: dict[str, float] = {"step": t, **{k: _scalar(v) for k, v in info.items()}}
+        if evaluate:
+            metrics = self.eval_fn(self.algorithm.params(state))
+            entry.update({f"eval/{k}": float(v) for k, v in metrics.items()})
+        entry["time_s"] = round(elapsed, 3)
+        return entry
+
+    def _check_finite(self, value: Tensor | None, t: int) -> None:
+        if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
+            raise NonFiniteError(self._nan_message("the log density", t))
+
+    def _nan_message(self, what: str, t: int) -> str:
+        knob, lr = vi_checks.step_size(self.algorithm)  # the option the algorithm declares
+        hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
+        kept = (f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
+                else "")
+        return (
+            f"{self.algorithm.name}: {what} became NaN or infinite at step {t}{kept}. The step "
+            f"size is probably too large: lower {knob}{hint}, e.g. by 10x; or check the data for "
+            "extreme values and the prior scale"
+        )
+
+    def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
+        if not all_finite(self.algorithm.params(state)):
+            raise NonFiniteError(self._nan_message("the parameters", t))
+        store_meta, store_tensors = (
+            self.store.state_dict() if self.store is not None else ({}, {})
+        )
+        meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
+                "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed, "store": store_meta, **self.fingerprint()}
+        ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
+                          data=self.batches.state_dict(t), rng=global_rng_state())
+        self.last_checkpoint = save_checkpoint(self.run_dir / "checkpoints", ckpt)
+        if self.store is not None:
+            self.store.collect_garbage()
+
+
+def store_options(algorithm: Algorithm) -> dict[str, Any]:
+    """What an algorithm tells :func:`default_store`: whether it chooses its own draws
+    (``chooses_draws``, with ``keep``) and how long it adapts itself (``warmup_steps``)."""
+    return {"gated": algorithm.chooses_draws, "warmup": int(algorithm.warmup_steps)}
+
+
+def default_store(
+    total: int,
+    is_target: bool,
+    run_dir: Path | None = None,
+    burnin: int | None = None,
+    thin: int | None = None,
+    max_samples: int | None = None,
+    gated: bool = False,
+    warmup: int = 0,
+) -> SampleStore:
+    """The default sample store: first half burn-in; about 1 000 (Target, per chain) or
+    100 (network) thinned draws kept; on disk under ``run_dir/samples`` when given.
+
+    ``gated``: the algorithm chooses its draws itself (``keep(t)``, cyclical SG-MCMC), so
+    the defaults are no burn-in and no thinning (only the cap applies). ``warmup``: the
+    algorithm adapts itself for that many steps (HMC's step size, NUTS's warm-up), so the
+    default burn-in is at least that long, and a shorter one given by the user warns."""
+    if warmup >= total:
+        raise ValueError(
+            f"the sampler adapts its step size for {warmup} steps, the whole run of {total} "
+            "steps, so no draw would come from the tuned sampler: lower adapt_steps (hmc) or "
+            "warmup (nuts), or run more steps"
+        )
+    if burnin is None:
+        burnin = 0 if gated else max(total // 2, warmup)
+    elif burnin < warmup:
+        warnings.warn(f"burnin={burnin} keeps draws from the first {warmup} steps, in which "
+                      "the sampler still adapts its step size: they are not from the "
+                      "stationary chain; use burnin >= the warm-up", stacklevel=3)
+    if not 0 <= burnin < total:
+        raise ValueError(f"burnin must be in [0, steps={total}), got {burnin}")
+    keep = 1000 if is_target else 100
+    if thin is None:
+        thin = 1 if gated else max(1, (total - burnin) // keep)
+    if max_samples is None and not is_target:
+        max_samples = keep
+    if run_dir is None:
+        return MemoryStore(burnin=burnin, thin=thin, max_samples=max_samples)
+    return DiskStore(Path(run_dir) / "samples", burnin=burnin, thin=thin,
+                     max_samples=max_samples, exist_ok=True)
+
+
+def _postfix(entry: dict[str, float]) -> dict[str, str]:
+    keys = [k for k in entry if k == "log_prob" or k.startswith("eval/")]
+    return {k.removeprefix("eval/"): f"{entry[k]:.4g}" for k in keys}
+
+
+def _scalar(v: Any) -> float:
+    if isinstance(v, Tensor):
+        v = v.detach()
+        return float(v.sum()) if v.numel() > 1 else float(v)
+    return float(v)

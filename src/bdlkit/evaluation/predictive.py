@@ -1,0 +1,176 @@
+"""Streaming Bayesian model averaging: the posterior predictive over draws θ_1..θ_S.
+
+Classification, in log space (``docs/metrics.md``)::
+
+    log p̄(y | x) = logsumexp_s log p(y | x, θ_s) − log S
+
+accumulated draw by draw with ``logaddexp``, together with the mean entropy of the
+individual predictives E_s H[p(·|x, θ_s)] (for the mutual information
+I = H[p̄] − E_s H[p_s], an OOD score) and, when labels are given, each draw's own
+accuracy and NLL (L2E reports them). Regression, for Gaussian predictives
+N(μ_s, σ_s²): the mixture's mean and variance (Welford updates, no E[μ²] − E[μ]²
+cancellation) and, when targets are given, the mixture log density
+log (1/S) Σ_s N(y; μ_s, σ_s²) and CDF F(y) = (1/S) Σ_s Φ((y − μ_s)/σ_s) (for interval
+coverage: y lies in the mixture's central interval of mass l iff (1−l)/2 ≤ F(y) ≤ (1+l)/2).
+
+Memory is O(n·K) for the accumulators plus one draw and one input chunk at a time: the
+draws come from any iterable (a list, a disk-backed :class:`~bdlkit.engine.collect.SampleStore`
+streamed shard by shard, or a VI approximation sampled on the fly), so S × n × K is
+never held.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdlkit.core.protocol import Problem
+from bdlkit.core.tree import tree_map
+from bdlkit.metrics.classification import entropy_from_log_probs
+from bdlkit.problems.likelihoods import GaussianPredictive, cat_predictives
+
+
+@dataclass(frozen=True)
+class ClassificationBMA:
+    """BMA class probabilities (in log space) and per-draw statistics."""
+
+    log_probs: Tensor  # (n, K): log p̄(y | x)
+    expected_entropy: Tensor  # (n,): mean over draws of H[p(·|x, θ_s)]
+    num_samples: int
+    sample_accuracy: list[float] | None = None  # per draw, when labels were given
+    sample_nll: list[float] | None = None
+
+    @property
+    def probs(self) -> Tensor:
+        return self.log_probs.exp()
+
+    @property
+    def entropy(self) -> Tensor:
+        """H[p̄(·|x)] = −Σ_k p̄_k log p̄_k."""
+        return entropy_from_log_probs(self.log_probs)
+
+    @property
+    def mutual_information(self) -> Tensor:
+        """Epistemic part of the entropy: H[p̄] − E_s H[p_s] (≥ 0 up to rounding)."""
+        return (self.entropy - self.expected_entropy).clamp_min(0.0)
+
+
+@dataclass(frozen=True)
+class RegressionBMA:
+    """The Gaussian mixture's moments and, with targets, its log density at them."""
+
+    mean: Tensor
+    var: Tensor
+    num_samples: int
+    log_density: Tensor | None = None  # (n,): log (1/S) Σ_s N(y; μ_s, σ_s²)
+    cdf: Tensor | None = None  # like y: the mixture CDF at y, (1/S) Σ_s Φ((y − μ_s)/σ_s)
+
+    @property
+    def predictive(self) -> GaussianPredictive:
+        return GaussianPredictive(self.mean, self.var)
+
+
+@torch.no_grad()
+def bma(
+    problem: Problem,
+    draws: Iterable[Any],
+    x: Tensor,
+    y: Tensor | None = None,
+    chunk_size: int = 1024,
+) -> ClassificationBMA | RegressionBMA:
+    """Average the predictive of ``problem`` over ``draws`` (single parameter draws) at ``x``.
+
+    ``y`` (optional) adds per-draw accuracy/NLL (classification) or the mixture log
+    density (regression). Inputs are processed ``chunk_size`` rows at a time.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if y is not None and len(y) != len(x):
+        raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
+    chunks = [slice(i, i + chunk_size) for i in range(0, len(x), chunk_size)]
+    classification = getattr(getattr(problem, "likelihood", None), "task", "") == "classification"
+    acc = _ClassAccumulator(y) if classification else _GaussianAccumulator(y)
+    for theta in draws:
+        theta = tree_map(lambda t: t.to(x.device), theta)  # stores keep draws on the CPU
+        if classification:
+            acc.add([problem.log_predictive(theta, x[c]) for c in chunks])
+        else:
+            acc.add(cat_predictives([problem.predictive(theta, x[c]) for c in chunks]))
+    if acc.count == 0:
+        raise ValueError("no draws to average over (no samples kept?)")
+    return acc.result()
+
+
+class _ClassAccumulator:
+    def __init__(self, labels: Tensor | None) -> None:
+        self.labels = labels
+        self.count = 0
+        self.log_sum: Tensor | None = None
+        self.entropy_sum: Tensor | None = None
+        self.acc: list[float] = []
+        self.nll: list[float] = []
+
+    def add(self, log_probs: list[Tensor]) -> None:
+        lp = torch.cat(log_probs).double()
+        entropy = entropy_from_log_probs(lp)
+        if self.log_sum is None:
+            self.log_sum, self.entropy_sum = lp.clone(), entropy
+        else:
+            torch.logaddexp(self.log_sum, lp, out=self.log_sum)
+            self.entropy_sum += entropy
+        if self.labels is not None:
+            y = self.labels.to(lp.device)
+            self.acc.append(float((lp.argmax(-1) == y).double().mean()))
+            self.nll.append(float(-lp.gather(-1, y[:, None]).mean()))
+        self.count += 1
+
+    def result(self) -> ClassificationBMA:
+        labels = self.labels is not None
+        return ClassificationBMA(
+            log_probs=self.log_sum - math.log(self.count),
+            expected_entropy=self.entropy_sum / self.count,
+            num_samples=self.count,
+            sample_accuracy=self.acc if labels else None,
+            sample_nll=self.nll if labels else None,
+        )
+
+
+class _GaussianAccumulator:
+    def __init__(self, targets: Tensor | None) -> None:
+        self.targets = targets
+        self.count = 0
+        self.mean = self.m2 = self.noise = self.log_density = self.cdf = None
+
+    def add(self, pred: GaussianPredictive) -> None:
+        if not isinstance(pred, GaussianPredictive):
+            raise TypeError("regression BMA needs GaussianPredictive draws")
+        mean, var = pred.mean.double(), pred.var.double()
+        self.count += 1
+        if self.mean is None:
+            self.mean, self.m2, self.noise = mean.clone(), torch.zeros_like(mean), var.clone()
+        else:
+            delta = mean - self.mean
+            self.mean += delta / self.count
+            self.m2 += delta * (mean - self.mean)
+            self.noise += (var - self.noise) / self.count
+        if self.targets is not None:
+            y = self.targets.to(mean.device, torch.float64).reshape(mean.shape)
+            lp = -0.5 * (math.log(2 * math.pi) + var.log() + (y - mean) ** 2 / var)
+            lp = lp.reshape(len(lp), -1).sum(-1)  # independent outputs
+            self.log_density = lp if self.log_density is None else torch.logaddexp(
+                self.log_density, lp)
+            cdf = torch.special.ndtr((y - mean) / var.sqrt())
+            self.cdf = cdf if self.cdf is None else self.cdf + cdf
+
+    def result(self) -> RegressionBMA:
+        log_density = cdf = None
+        if self.log_density is not None:
+            log_density = self.log_density - math.log(self.count)
+            cdf = self.cdf / self.count
+        return RegressionBMA(self.mean, self.noise + self.m2 / self.count, self.count,
+                             log_density, cdf)

@@ -1,0 +1,287 @@
+"""Run directories: ``bdlkit fit`` / ``bdlkit evaluate`` from a :class:`~bdlkit.runs.config.RunConfig`.
+
+The data flow of one run, top to bottom::
+
+    config → data set → network + likelihood + prior (BayesianModel) → algorithm
+           → Runner (log.jsonl, checkpoints/, samples/) → Result → BMA predictive
+           → metrics.json → report.md (+ reliability.png, history.png)
+
+A run directory holds ``config.yaml`` (the fully resolved configuration),
+``log.jsonl``, ``checkpoints/``, ``samples/`` (samplers), ``metrics.json`` and
+``report.md``. ``metrics.json`` holds only quantities that are a deterministic
+function of the configuration (no wall times), so an interrupted and resumed run
+writes exactly the same file as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdlkit import data as data_module
+from bdlkit import evaluation, metrics
+from bdlkit.algorithms import get_method
+from bdlkit.core.serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
+from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
+from bdlkit.engine.collect import DiskStore
+from bdlkit.engine.result import Result
+from bdlkit.engine.runlog import read_log
+from bdlkit.engine.runner import Runner
+from bdlkit.models import build_for_data
+from bdlkit.problems import BayesianModel
+from bdlkit.problems.likelihoods import Gaussian, cat_predictives
+from bdlkit.runs import report as run_report
+from bdlkit.runs.config import RunConfig, load_yaml, resolved_hyper, save_yaml
+
+TASKS = ("classification", "regression")
+CHECKPOINTS_PER_RUN = 10  # the default cadence of a run directory
+
+
+# ---------------------------------------------------------------------- building blocks
+def load_dataset(cfg: RunConfig) -> Any:
+    """The data set of ``cfg`` on ``cfg.device``; only classification and regression."""
+    ds = data_module.load(cfg.data, root=cfg.data_root, **cfg.data_kwargs)
+    task = getattr(ds, "task", None)
+    if task not in TASKS:
+        raise ValueError(
+            f"bdlkit fit trains networks on classification or regression data; {cfg.data!r} "
+            f"is {task or type(ds).__name__}. Use the Python API (bdlkit.infer) for Targets "
+            "and forecasting windows"
+        )
+    return ds.to(cfg.device, getattr(torch, cfg.dtype))
+
+
+def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
+    """Network (seeded by ``cfg.seed``), likelihood and prior for ``ds``."""
+    classification = ds.task == "classification"
+    out = ds.num_classes if classification else math.prod(ds.y_train.shape[1:]) or 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
+    net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
+    likelihood = "categorical" if classification else Gaussian(learn_noise=True)
+    return BayesianModel(
+        net, likelihood, prior=cfg.prior_scale, num_data=ds.num_train,
+        temperature=cfg.temperature,
+    )
+
+
+def eval_split(ds: Any) -> tuple[Tensor, Tensor]:
+    """Held-out data for evaluation during training: validation if any, else test."""
+    if getattr(ds, "x_val", None) is not None and len(ds.x_val):
+        return ds.x_val, ds.y_val
+    return ds.x_test, ds.y_test
+
+
+def predictive_metrics(pred: Any, y: Tensor, ds: Any) -> dict[str, float]:
+    """Test metrics of a predictive: class probabilities or a GaussianPredictive."""
+    if ds.task == "classification":
+        return metrics.classification_metrics(pred, y)
+    return metrics.regression_metrics(pred, y, y_scale=evaluation.target_scale(ds))
+
+
+def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
+    """``params -> metrics`` of the single network ``params`` on the held-out split."""
+    x, y = eval_split(ds)
+
+    @torch.no_grad()
+    def evaluate(params: Any) -> dict[str, float]:
+        pred = cat_predictives(
+            [problem.predictive(params, x[i : i + chunk]) for i in range(0, len(x), chunk)]
+        )
+        return {k: v for k, v in predictive_metrics(pred, y, ds).items() if k in ("accuracy",
+                                                                             "nll", "rmse")}
+
+    return evaluate
+
+
+def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False):
+    """Data, problem, algorithm and Runner of ``cfg``, built the same way for a fresh run,
+    a resume and ``evaluate``: the runner binds the run length, builds a sampler's store
+    under ``run_dir/samples`` (written on its first draw) and checkpoints every 10 % of the
+    run unless ``checkpoint_every`` says otherwise. Nothing is written here."""
+    ds = load_dataset(cfg)
+    problem = build_problem(cfg, ds)
+    algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
+    runner = Runner(
+        algorithm, ds, steps=cfg.steps, epochs=cfg.epochs, seed=cfg.seed,
+        batch_size=cfg.batch_size, burnin=cfg.burnin, thin=cfg.thin,
+        max_samples=cfg.max_samples, run_dir=run_dir, log_every=cfg.log_every,
+        eval_fn=point_eval_fn(problem, ds) if cfg.eval_every else None,
+        eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
+        checkpoint_seconds=60.0 * cfg.checkpoint_minutes,
+        checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress,
+    )
+    return runner, problem, ds, runner.total
+
+
+def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
+    """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
+    values = cfg.to_dict()
+    values["hyper"] = resolved_hyper(cfg.method, cfg.hyper)
+    bound = runner.algorithm.hyperparameters()
+    for name, value in values["hyper"].items():  # defaults fixed by the run length
+        if value is None and isinstance(bound.get(name), (int, float)):
+            values["hyper"][name] = bound[name]
+    values["checkpoint_every"] = runner.checkpoint_every
+    values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)
+    if runner.store is not None:
+        store = runner.store
+        values.update(burnin=store.burnin, thin=store.thin, max_samples=store.max_samples)
+    return RunConfig(**values)
+
+
+# ---------------------------------------------------------------------- run directories
+RUN_MARKER = ".bdlkit-run"
+RUN_ENTRIES = ("config.yaml", "log.jsonl", "metrics.json", "report.md", "checkpoints",
+               "samples", *run_report.PLOTS)
+
+
+def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER,
+                entries: tuple[str, ...] = RUN_ENTRIES) -> Path:
+    """Create the output folder ``out`` and mark it as written by bdlkit.
+
+    An existing non-empty ``out`` is refused unless ``overwrite``; even then only a folder
+    bdlkit made (it holds ``marker``) is replaced, and only the ``entries`` bdlkit writes
+    are deleted, so ``--overwrite`` can never remove a user's own files.
+    """
+    out = Path(out)
+    if _occupied(out):
+        if not overwrite:
+            raise FileExistsError(
+                f"output folder {out} already exists; pass --resume {out} to continue that "
+                "run, --overwrite to replace it, or choose another --out"
+            )
+        if out.is_symlink() or not (out / marker).is_file():
+            raise FileExistsError(
+                f"{out} exists and was not written by bdlkit (no {marker} file); refusing to "
+                "replace it: choose another --out"
+            )
+        for name in (*entries, marker):
+            path = out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / marker, b"written by bdlkit; --overwrite may replace this folder\n")
+    return out
+
+
+def _occupied(out: Path) -> bool:
+    return out.exists() and (not out.is_dir() or any(out.iterdir()))
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What ``fit``/``resume`` return: test metrics, the result and the time split."""
+
+    metrics: dict[str, Any]
+    result: Result
+    run_dir: Path
+    train_seconds: float  # the runner's wall time, summed over resumes
+    eval_seconds: float  # BMA predictive, metrics, plots and report
+
+
+def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
+        progress: bool = False) -> RunOutput:
+    """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics."""
+    if not overwrite and _occupied(Path(out)):
+        prepare_out(out, overwrite=False)  # refuse before loading any data
+    runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
+    run_dir = prepare_out(out, overwrite)
+    cfg = resolved(cfg, runner)
+    save_yaml(run_dir / "config.yaml", cfg.to_dict())
+    result = runner.fit(config={"hyper": cfg.hyper})
+    return _finish(result, cfg, ds, run_dir)
+
+
+def resume(run_dir: str | os.PathLike, *, progress: bool = False) -> RunOutput:
+    """Continue the run in ``run_dir`` from its newest checkpoint; returns the metrics."""
+    run_dir = Path(run_dir)
+    cfg = read_config(run_dir)
+    runner, problem, ds, total = build_runner(cfg, run_dir, progress)
+    result = runner.fit(resume=True, config={"hyper": cfg.hyper})
+    return _finish(result, cfg, ds, run_dir)
+
+
+def _finish(result: Result, cfg: RunConfig, ds: Any, run_dir: Path) -> RunOutput:
+    start = time.perf_counter()
+    values = evaluate_result(result, cfg, ds, run_dir)
+    return RunOutput(values, result, run_dir, float(result.config["wall_time_s"]),
+                     time.perf_counter() - start)
+
+
+def read_config(run_dir: Path) -> RunConfig:
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"{run_dir} is not a bdlkit run directory (no config.yaml)")
+    return RunConfig.from_dict(load_yaml(run_dir / "config.yaml"), f"{run_dir}/config.yaml")
+
+
+def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
+    """Rebuild the final :class:`Result` of a finished run from its directory."""
+    run_dir = Path(run_dir)
+    cfg = read_config(run_dir)
+    runner, problem, ds, total = build_runner(cfg, run_dir)
+    path = latest_checkpoint(run_dir / "checkpoints")
+    if path is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint: the run never started")
+    ckpt = load_checkpoint(path)
+    if ckpt.step != total:
+        raise ValueError(
+            f"{run_dir} stopped at step {ckpt.step} of {total}; finish it first with "
+            f"`bdlkit fit --resume {run_dir}`"
+        )
+    state = state_from_tensors(runner.initial_state(), ckpt.state)
+    store = DiskStore.open(run_dir / "samples") if runner.algorithm.collects_draws else None
+    history = read_log(run_dir / "log.jsonl")
+    config = {"method": cfg.method, "kind": runner.algorithm.kind, "seed": cfg.seed,
+              "steps": total, "hyper": cfg.hyper, "wall_time_s": ckpt.meta.get("elapsed_s")}
+    return Result(problem, runner.algorithm, state, store, history, config), cfg, ds
+
+
+def evaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
+             reference: str | os.PathLike | None = None,
+             corruptions: bool = False) -> dict[str, Any]:
+    """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
+    data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`)."""
+    result, cfg, ds = load_run(run_dir)
+    return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood, reference=reference,
+                           corruptions=corruptions)
+
+
+def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path, *,
+                    ood: str | None = None, reference: str | os.PathLike | None = None,
+                    corruptions: bool = False) -> dict[str, Any]:
+    """Everything that applies to ``result``; writes ``metrics.json``, plots and ``report.md``."""
+    ood_ds = data_module.load(ood, root=cfg.data_root) if ood else None
+    ref = load_reference_for(reference, cfg, ds) if reference else None
+    ev = evaluation.evaluate(result, ds, num_samples=cfg.eval_samples, ood=ood_ds,
+                             reference=ref, corruptions=corruptions)
+    save_json(run_dir / "metrics.json", ev.metrics)
+    run_report.write(run_dir, cfg, result, ev, ds)
+    return ev.metrics
+
+
+def load_reference_for(path: str | os.PathLike, cfg: RunConfig, ds: Any) -> Tensor:
+    """Reference probabilities from a ``bdlkit reference`` folder (checked against the run's
+    data and test split) or from a ``.npy``/``.npz``/``.safetensors`` file."""
+    if Path(path).is_dir():
+        from bdlkit.runs import reference
+
+        ref = reference.load(path)
+        reference.check_matches(ref, cfg.data, ds)
+        return ref.probs
+    return metrics.load_reference(path)
+
+
+def read_metrics(run_dir: str | os.PathLike) -> dict[str, Any]:
+    return load_json(Path(run_dir) / "metrics.json")

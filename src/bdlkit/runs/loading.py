@@ -1,0 +1,88 @@
+"""``bdlkit.load``: open anything bdlkit wrote, without unpickling.
+
+Two layouts hold a finished run:
+
+- a **result folder** written by :meth:`bdlkit.Result.save` (``result.json``,
+  ``state.safetensors``, ``samples.safetensors``): read by :func:`load_result`, which
+  needs the problem to restore the algorithm's state;
+- a **run directory** written by ``bdlkit fit`` (``config.yaml``, ``checkpoints/``,
+  ``samples/``): rebuilt from its own configuration by :func:`bdlkit.runs.directory.load_run`.
+
+:func:`load` tells them apart and records which it found in ``Result.source``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bdlkit.algorithms import get_method
+from bdlkit.core import rng
+from bdlkit.core.protocol import Problem
+from bdlkit.core.serialization import load_json, load_tensors, state_from_tensors
+from bdlkit.engine.result import FORMAT_VERSION, Result
+from bdlkit.runs.directory import load_run
+
+RESULT_FOLDER = "result folder (Result.save)"
+RUN_DIRECTORY = "run directory (bdlkit fit)"
+
+
+def load(path: str | os.PathLike, problem: Problem | None = None) -> Result:
+    """The :class:`Result` saved at ``path``: a :meth:`Result.save` folder or a ``bdlkit
+    fit`` run directory (``Result.source`` says which).
+
+    Args:
+        path: the folder.
+        problem: for a result folder, the problem it was run on (e.g. the same
+            ``BayesianModel``): without it the result holds samples and history only.
+            A run directory rebuilds its own problem from ``config.yaml``, so pass none.
+    """
+    path = Path(path)
+    if (path / "config.yaml").is_file() and not (path / "result.json").exists():
+        if problem is not None:
+            raise ValueError(f"{path} is a {RUN_DIRECTORY}: it rebuilds its data, network and "
+                             "prior from config.yaml; call bdlkit.load without problem=")
+        result = load_run(path)[0]
+        result.source = RUN_DIRECTORY
+        return result
+    if path.is_dir() and not (path / "result.json").exists():
+        raise FileNotFoundError(f"{path} holds neither result.json (a {RESULT_FOLDER}) nor "
+                                f"config.yaml (a {RUN_DIRECTORY}): nothing bdlkit can load")
+    result = load_result(path, problem)
+    result.source = RESULT_FOLDER
+    return result
+
+
+def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Result:
+    """Read a :meth:`Result.save` folder without unpickling anything.
+
+    Without ``problem`` the result holds samples and history only; pass the same
+    problem (e.g. the same ``BayesianModel``) to restore the algorithm state and use
+    ``predict``.
+    """
+    path = Path(path)
+    meta = load_json(path / "result.json")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION or "config" not in meta:
+        raise ValueError(f"{path / 'result.json'} is not a bdlkit result (format {FORMAT_VERSION})")
+    config = meta["config"]
+    samples = None
+    if (path / "samples.safetensors").exists():
+        tensors = load_tensors(path / "samples.safetensors")
+        samples = tensors["_"] if set(tensors) == {"_"} else tensors
+    algorithm = state = None
+    if problem is not None:
+        if not config.get("hyper_serializable", True):
+            raise ValueError(
+                f"{path} was run with non-serialisable hyperparameters ({config['hyper']}); "
+                "rebuild the algorithm yourself and load state.safetensors with "
+                "bdlkit.core.serialization.state_from_tensors"
+            )
+        algorithm = get_method(config["method"]).build(problem, **config["hyper"])
+        gen = rng.generator(0)
+        chains = config.get("chains")
+        init = problem.init_params(gen, chains) if chains else problem.init_params(gen)
+        template = algorithm.init(init, generator=gen)
+        state = state_from_tensors(template, load_tensors(path / "state.safetensors"))
+    return Result(problem, algorithm, state, samples, meta.get("history", []), config,
+                  kind=config.get("kind"))
+

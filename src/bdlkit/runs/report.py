@@ -1,0 +1,115 @@
+"""``report.md`` and the PNG plots of a run directory, from an :class:`~bdlkit.evaluation.Evaluation`.
+
+Sections: test metrics; OOD, reference and corruption tables when evaluated; sampling
+diagnostics with ESS per second (the only wall-time-dependent number, so it lives here
+and not in ``metrics.json``); the per-layer σ quantiles of a diagonal-Gaussian VI run
+(``Result.sigma_summary``); the run summary; the resolved configuration; plots
+(reliability diagram, training curves, per-layer R̂, function-space traces, ESS per
+layer). Plots need matplotlib (the ``plots`` extra); without it they are skipped and
+the report says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bdlkit.core.serialization import atomic_write_bytes
+from bdlkit.diagnostics import ess_per_second
+from bdlkit.engine.result import Result
+from bdlkit.evaluation import SEVERITIES, Evaluation
+from bdlkit.evaluation.predictive import ClassificationBMA
+from bdlkit.runs import figures as report
+
+SIGMA_NOTE = ("Quantiles of the posterior standard deviations σ of q, per parameter tensor "
+              "and over all coordinates. σ still near the method's `init_std` means the "
+              "approximation is close to a point estimate.\n")
+PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", "trace.png")
+
+
+def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
+    """Write the plots and ``report.md``; return the plot file names."""
+    plots = _plots(run_dir, cfg, result, ev, ds)
+    values = ev.metrics
+    scalars = [{"metric": k, "value": v} for k, v in values.items()
+               if not isinstance(v, dict)]
+    wall = result.config.get("wall_time_s")
+    last = result.history[-1] if result.history else {}
+    summary = [
+        {"item": "method", "value": f"{cfg.method} ({result.kind})"},
+        {"item": "model / data", "value": f"{cfg.model} / {cfg.data}"},
+        {"item": "steps", "value": result.config.get("steps")},
+        {"item": "draws averaged", "value": values.get("num_draws")},
+        {"item": "final log density (minibatch)", "value": last.get("log_prob", "n/a")},
+        {"item": "training wall time (s)", "value": f"{wall:.1f}" if wall else "n/a"},
+    ]
+    text = [
+        f"# bdlkit run: {cfg.method} on {cfg.data} ({cfg.model})\n",
+        f"Reproduce exactly: `bdlkit fit --config {run_dir / 'config.yaml'} --out NEW_DIR` "
+        "(burn-in, thinning and checkpoint cadence are pinned there: drop them to change "
+        "the number of steps)\n",
+        "## Test metrics\n", report.markdown_table(scalars), "",
+    ]
+    if "corruptions" in values:
+        text += ["## Covariate shift (accuracy per severity)\n", _corruption_table(values), ""]
+    if "diagnostics" in values:
+        text += ["## Sampling diagnostics (one chain)\n", _diagnostics_table(values, wall), ""]
+    sigmas = result.sigma_summary()
+    if sigmas is not None:
+        text += ["## Variational σ (per layer)\n", SIGMA_NOTE,
+                 report.markdown_table(sigmas, floatfmt=".3g"), ""]
+    text += ["## Run\n", report.markdown_table(summary), "",
+             "## Configuration\n", "```yaml", (run_dir / "config.yaml").read_text().rstrip(),
+             "```", ""]
+    if plots:
+        text += ["## Plots\n"] + [f"![{p}]({p})" for p in plots] + [""]
+    else:
+        text += ["Plots skipped: matplotlib is not installed (`pip install bdlkit[plots]`).", ""]
+    atomic_write_bytes(run_dir / "report.md", ("\n".join(text) + "\n").encode())
+    return plots
+
+
+def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
+    made: list[str | None] = []
+    if isinstance(ev.test, ClassificationBMA):
+        made.append(_name(report.reliability_diagram(
+            ev.test.probs, ds.y_test, run_dir / "reliability.png",
+            title=f"{cfg.method} on {cfg.data}")))
+    keys = ["log_prob"] + sorted({k for e in result.history for k in e if k.startswith("eval/")})
+    made.append(_name(report.history_plot(result.history, run_dir / "history.png", keys)))
+    diag = ev.diagnostics or {}
+    if "_layers" in diag:
+        made.append(_name(report.rhat_layer_plot(diag["_layers"], run_dir / "rhat_layers.png",
+                                                 title="per-chain split R-hat by layer")))
+        made.append(_name(report.ess_bars(diag["_layer_ess"], run_dir / "ess_layers.png",
+                                          title="mean single-chain ESS by layer")))
+    if "_probe_trace" in diag:
+        made.append(_name(report.trace_plot(diag["_probe_trace"], run_dir / "trace.png",
+                                            names=diag.get("_probe_names"))))
+    return [m for m in made if m]
+
+
+def _name(path: Path | None) -> str | None:
+    return path.name if path is not None else None
+
+
+def _corruption_table(values: dict[str, Any]) -> str:
+    rows = []
+    for name, by_severity in values["corruptions"].items():
+        if name == "mean":
+            continue
+        rows.append({"corruption": name,
+                     **{f"s{s}": by_severity[str(s)]["accuracy"] for s in SEVERITIES}})
+    mean = values["corruptions"]["mean"]
+    note = (f"\nMean over corruptions and severities: accuracy {mean['accuracy']:.4f}, "
+            f"NLL {mean['nll']:.4f}, ECE {mean['ece']:.4f}.")
+    return report.markdown_table(rows) + note
+
+
+def _diagnostics_table(values: dict[str, Any], wall: float | None) -> str:
+    diag = values["diagnostics"]
+    rows = [{"quantity": k, "value": v} for k, v in diag.items() if not isinstance(v, dict)]
+    if wall and "weights_ess_sum" in diag:
+        rows.append({"quantity": "weights_ess_sum per training second",
+                     "value": float(ess_per_second(diag["weights_ess_sum"], wall))})
+    return report.markdown_table(rows)
