@@ -15,7 +15,7 @@ from bdlkit.problems import BayesianModel, IsotropicGaussian, Reference, Target
 from bdlkit.runs.config import RunConfig
 from bdlkit.runs.loading import load
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BayesianModel",

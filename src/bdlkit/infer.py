@@ -34,7 +34,7 @@ from torch import Tensor
 
 from bdlkit.algorithms import get_method
 from bdlkit.algorithms.vi import laplace
-from bdlkit.core.protocol import Algorithm, Problem
+from bdlkit.core.protocol import Algorithm, Problem, Variational
 from bdlkit.engine.result import Result
 from bdlkit.engine.runner import NonFiniteError, Runner
 from bdlkit.problems import BayesianModel, Target
@@ -95,7 +95,7 @@ def infer(
     algorithm: Algorithm = module.build(problem, **hyper)
     if chains is not None and not is_target:
         raise ValueError("chains= is for Targets; for a network run infer with several seeds")
-    if chains is not None and algorithm.kind == "vi":
+    if chains is not None and isinstance(algorithm, Variational):
         raise ValueError(f"{method} fits one approximation: chains= is for samplers; drop it")
     run_hyper, start_at = hyper, _laplace_start(problem, algorithm, init, start)
     if start_at is not None:  # the same method on z, θ = θ̂ + s ⊙ z (module docstring)
@@ -140,7 +140,7 @@ def _laplace_start(problem: Any, algorithm: Algorithm, init: Any,
     when the method is VI on a Target without ``init``), else ``None``."""
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}, got {start!r}")
-    applies = isinstance(problem, Target) and algorithm.kind == "vi"
+    applies = isinstance(problem, Target) and isinstance(algorithm, Variational)
     if start == "laplace" and (not applies or init is not None):
         raise ValueError(
             "start='laplace' is for VI methods on a Target without init= (got "

@@ -92,3 +92,12 @@ def test_fit_help_shows_every_options_help_line(method, capsys):
         assert f"--{option.name.replace('_', '-')}" in out, option.name
         words = " ".join(option.help.replace("``", "").split()[:4]).rstrip(".")
         assert words and words in out, (option.name, words)
+
+
+def test_a_step_without_log_prob_is_refused_by_the_runner(toy, monkeypatch):
+    target, _ = _gaussian()
+    inner = toy_method.GradientAscent.step
+    monkeypatch.setattr(toy_method.GradientAscent, "step",
+                        lambda self, state, batch: (inner(self, state, batch)[0], {}))
+    with pytest.raises(TypeError, match="info without 'log_prob'"):
+        bdlkit.infer(target, "toy", steps=3)

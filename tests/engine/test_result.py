@@ -120,3 +120,16 @@ def test_sigma_summary_of_a_diagonal_vi_result_and_none_otherwise():
     assert all(r["q10"] <= r["median"] <= r["q90"] for r in rows)
     assert full.sigma_summary() is None
     assert bdlkit.infer(target(), "map", steps=5).sigma_summary() is None
+
+
+def test_vi_draws_follow_the_runs_seed():
+    """The VI draws of sample() and of the BMA come from the run's seed, not a fixed one."""
+    res = bdlkit.infer(target(), "advi", steps=30, seed=4)
+    again = bdlkit.Result(res.problem, res.algorithm, res.state, None, [], dict(res.config))
+    other = bdlkit.Result(res.problem, res.algorithm, res.state, None, [],
+                          {**res.config, "seed": 5})
+    assert torch.equal(res.sample(8), again.sample(8))  # deterministic given the seed
+    assert not torch.equal(res.sample(8), other.sample(8))  # same q, another seed
+    streamed = torch.stack(list(res.iter_draws(num_samples=8, chunk=8)))
+    assert torch.equal(streamed, res.sample(8))  # the predictive averages the same draws
+    assert torch.equal(res.sample(8, generator=3), res.sample(8, generator=3))

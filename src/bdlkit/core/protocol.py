@@ -26,7 +26,8 @@ from bdlkit.core.draws import ApproximationDraws, KeptDraws, MemberDraws, PointD
 from bdlkit.core.tree import TensorTree
 
 Batch = Any  # a tuple (x, y) of tensors for models, None for targets
-Info = dict[str, Any]
+Info = dict[str, Any]  # what step returns beside the state: LOG_PROB and scalars to log
+LOG_PROB = "log_prob"  # the one key every Info has: the step's (minibatch) log density
 
 
 @runtime_checkable
@@ -119,6 +120,10 @@ class Algorithm(Protocol):
         """The options the algorithm was built with, by name."""
         ...
 
+    def record(self) -> dict[str, Any]:
+        """Name, kind and shown fields: what a checkpoint records to refuse another run."""
+        ...
+
 
 class AlgorithmBase:
     """The defaults of every optional capability of :class:`Algorithm`.
@@ -150,6 +155,13 @@ class AlgorithmBase:
 
     def hyperparameters(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in hyperparameter_fields(type(self))}
+
+    def record(self) -> dict[str, Any]:
+        """What identifies this algorithm in a checkpoint: its name, kind and every shown
+        field (the options and fixed constants; derived members are ``repr=False``)."""
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                 if f.name != "problem" and f.repr}
+        return {**shown, "name": self.name, "kind": self.kind}  # type: ignore[attr-defined]
 
 
 def hyperparameter_fields(cls: type) -> list[dataclasses.Field]:

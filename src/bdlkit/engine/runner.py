@@ -18,7 +18,6 @@ samples and log equal those of an uninterrupted run with the same seed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -34,7 +33,7 @@ from tqdm.auto import tqdm
 
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
-from bdlkit.core.protocol import Algorithm
+from bdlkit.core.protocol import LOG_PROB, Algorithm, Variational
 from bdlkit.core.serialization import CorruptFileError, state_from_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree, all_finite
 from bdlkit.engine import vi_checks
@@ -57,7 +56,7 @@ from bdlkit.problems import Target
 
 DATA_SEED_SALT = 0xDA7A
 CHECKPOINT_FORMAT = 2  # 2: the hyperparameter record of bdlkit.core.protocol.AlgorithmBase
-FORMAT_SINCE = "0.2.0"
+FORMAT_SINCE = "0.2.0"  # the release that introduced CHECKPOINT_FORMAT 2
 
 
 class Interrupted(KeyboardInterrupt):
@@ -236,7 +235,7 @@ class Runner:
             self._bind(self.num_steps(steps, epochs))
         total = self.total
         sampler = self.algorithm.collects_draws
-        vi = self.algorithm.kind == "vi"
+        vi = isinstance(self.algorithm, Variational)
         watch = vi_checks.snapshot_step(total) if vi and isinstance(self.problem, Target) else None
         snapshot = None
         state, start, history, elapsed = self._start(total, resume)
@@ -252,7 +251,11 @@ class Runner:
         with deferred_stop() as interrupted:
             while t < total:
                 new_state, info = self.algorithm.step(state, self.batches(t))
-                self._check_finite(info.get("log_prob"), t + 1)
+                if LOG_PROB not in info:
+                    raise TypeError(f"{method}.step returned an info without {LOG_PROB!r}, the "
+                                    "step's log density the runner checks for NaN; add it "
+                                    "(bdlkit.core.protocol.Algorithm)")
+                self._check_finite(info[LOG_PROB], t + 1)
                 state, t = new_state, t + 1
                 snapshot = state if t == watch else snapshot
                 if sampler and self.algorithm.keep(t):
@@ -298,9 +301,7 @@ class Runner:
         derived members are ``repr=False``), the version of its update rule
         (``VERSION``), the problem, the batch size and the chains."""
         algorithm = self.algorithm
-        hyper = {f.name: repr(getattr(algorithm, f.name))
-                 for f in dataclasses.fields(algorithm) if f.name != "problem" and f.repr}
-        hyper.update(name=repr(algorithm.name), kind=repr(algorithm.kind))
+        hyper = {name: repr(value) for name, value in algorithm.record().items()}
         return {"hyperparameters": json.dumps(hyper, sort_keys=True),
                 "algorithm_version": str(algorithm.VERSION),
                 "problem": repr(self.problem),

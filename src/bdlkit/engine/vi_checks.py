@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.core.errors import NotConvergedWarning, PointEstimateWarning
-from bdlkit.core.protocol import Algorithm
+from bdlkit.core.protocol import Algorithm, Variational
 from bdlkit.core.tree import tree_leaves
 from bdlkit.families.diag_gaussian import DiagGaussian, sigma_summary
 from bdlkit.problems import Target
@@ -56,7 +56,7 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
     """Why σ looks unmoved, with the fix; ``None`` when it moved, or when the method has no
     ``init_std`` or its q is not a diagonal Gaussian (``state.lam``)."""
     init_std = algorithm.hyperparameters().get("init_std")
-    q = algorithm.draws(state, None).approximation if algorithm.kind == "vi" else None
+    q = algorithm.approximation(state) if isinstance(algorithm, Variational) else None
     lam = q.params if isinstance(q, DiagGaussian) else None
     if not isinstance(init_std, (int, float)) or lam is None:
         return None
