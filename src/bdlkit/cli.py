@@ -160,7 +160,8 @@ def _option_help(option: Any) -> str:
         notes.append("one of " + ", ".join(str(c) for c in option.choices))
     text = re.sub(r":\w+:`~?([^`]+)`", r"\1", option.help).replace("``", "").rstrip(".")
     if not option.required and "default" not in text:  # else the help says it already
-        notes.append(f"default {option.default!r}")
+        notes.append("default: set by the method" if option.default is None
+                     else f"default {option.default!r}")
     return f"{text} ({'; '.join(notes)})" if notes else text
 
 

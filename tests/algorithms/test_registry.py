@@ -101,3 +101,40 @@ def test_a_step_without_log_prob_is_refused_by_the_runner(toy, monkeypatch):
                         lambda self, state, batch: (inner(self, state, batch)[0], {}))
     with pytest.raises(TypeError, match="info without 'log_prob'"):
         bdlkit.infer(target, "toy", steps=3)
+
+
+def test_registered_methods_are_attributes_and_module_paths(toy):
+    import importlib
+
+    from bdlkit.algorithms import map as map_module  # the old flat names still work
+
+    assert map_module is algorithms.METHODS["map"]
+    assert importlib.import_module("bdlkit.algorithms.sgld") is algorithms.METHODS["sgld"]
+    assert importlib.import_module("bdlkit.algorithms.toy") is toy_method
+    from bdlkit.algorithms.sghmc import SGHMC
+
+    assert SGHMC is algorithms.METHODS["sghmc"].ALGORITHM
+
+
+def test_the_runner_refuses_objects_that_are_not_algorithms_and_mixed_store_settings():
+    target, _ = _gaussian()
+
+    class Duck:
+        problem = target
+
+    with pytest.raises(TypeError, match="is not a bdlkit algorithm"):
+        bdlkit.Runner(Duck())
+    algorithm = algorithms.get_method("sgld").build(target)
+    with pytest.raises(ValueError, match="either store= or burnin"):
+        bdlkit.Runner(algorithm, store=bdlkit.collect.MemoryStore(), burnin=3)
+
+
+def test_a_declared_capability_without_its_method_is_refused():
+    @dataclasses.dataclass(frozen=True)
+    class Gated(toy_method.GradientAscent):
+        chooses_draws = True  # says keep(t) picks the draws, but defines no keep
+
+    bad = types.ModuleType("gated")
+    bad.ALGORITHM, bad.KIND, bad.build = Gated, "optimizer", options.builder(Gated)
+    with pytest.raises(TypeError, match="needs keep.. but does not define it"):
+        algorithms.register("toy", bad, "")

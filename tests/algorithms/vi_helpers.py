@@ -20,7 +20,7 @@ def diag_gaussian(std: torch.Tensor, seed: int = 0):
 
 
 def correlated_gaussian(d: int = 5, seed: int = 1):
-    """N(m, Σ*) with Σ* = AAᵀ + 0.5 I (``algorithms.md`` Part E); returns the target, m, Σ*
+    """N(m, Σ*) with Σ* = AAᵀ + 0.5 I (as in ``docs/vi.md``); returns the target, m, Σ*
     and Λ = Σ*⁻¹."""
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(d, d, generator=g, dtype=F64)

@@ -1,4 +1,4 @@
-"""Tests for the forecasting loaders (Koopa protocol, shared/docs/koopa.md section 4)."""
+"""Tests for the forecasting loaders (the Koopa protocol, docs/protocols.md)."""
 
 from __future__ import annotations
 

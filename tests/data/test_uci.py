@@ -8,7 +8,7 @@ import torch
 
 from bdlkit.data.uci import UCI_FOLDERS, load_uci
 
-SIZES = {  # rows, features, splits (shared/data/README.md section 1)
+SIZES = {  # rows, features, splits (the UCI splits of the data root)
     "boston": (506, 13, 20),
     "concrete": (1030, 8, 20),
     "energy": (768, 8, 20),

@@ -1,4 +1,4 @@
-"""L2E's ESS / R̂ variants (algorithms.md C.7, C.8) against per-coordinate numpy loops
+"""L2E's ESS / R̂ variants (docs/metrics.md, ESS and R-hat) against per-coordinate numpy loops
 written directly from the formulas there."""
 
 from __future__ import annotations

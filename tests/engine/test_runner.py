@@ -246,3 +246,22 @@ def test_infer_still_runs_in_memory():
     target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2)
     res = bdlkit.infer(target, "sgld", steps=200, seed=0)
     assert res.store is not None and isinstance(res.store, MemoryStore) and res.num_kept == 400
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused(blr, tmp_path):
+    _runner(blr, tmp_path).fit(20)
+    path = latest_checkpoint(tmp_path / "checkpoints")
+    ckpt = load_checkpoint(path)
+    ckpt.meta["checkpoint_format"] = 99
+    ckpt.meta.pop("format", None), ckpt.meta.pop("step", None)
+    path.unlink()
+    save_checkpoint(tmp_path / "checkpoints", ckpt)
+    with pytest.raises(ValueError, match="format 99, newer than this bdlkit's"):
+        _runner(blr, tmp_path).fit(20, resume=True)
+
+
+def test_a_store_warning_points_at_the_users_line():
+    target = bdlkit.Target(lambda t: -0.5 * (t**2).sum(-1), dim=2)
+    with pytest.warns(UserWarning, match="burnin=10 keeps draws") as record:
+        bdlkit.infer(target, "hmc", steps=40, adapt_steps=20, burnin=10, num_leapfrog=2)
+    assert record[0].filename == __file__

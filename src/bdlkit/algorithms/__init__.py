@@ -9,7 +9,9 @@ declarations once, when the method is added: a new method is one new file plus o
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import sys
 from types import ModuleType
 
 from bdlkit.algorithms.mcmc import hmc, nuts
@@ -18,46 +20,71 @@ from bdlkit.algorithms.point import ensemble
 from bdlkit.algorithms.point import map as map_
 from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, psgld, sghmc, sgld
 from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, score_vi
-from bdlkit.core.protocol import KINDS, AlgorithmBase
+from bdlkit.core.protocol import KINDS, AlgorithmBase, EnsembleBase, Variational
 
 METHODS: dict[str, ModuleType] = {}
 DESCRIPTIONS: dict[str, str] = {}
 
 
 def register(name: str, module: ModuleType, description: str) -> None:
-    """Add method ``name`` implemented by ``module``, after checking its declarations:
-    ``ALGORITHM`` is a frozen dataclass deriving from a kind of :mod:`bdlkit.core.protocol` with
-    ``init``, ``step`` and ``params``, ``KIND`` is that kind, ``build`` is callable with
-    the problem first, and every option has a line in the class's ``Args:`` section."""
+    """Add method ``name`` implemented by ``module`` after checking its declarations
+    (:func:`declaration_errors`); it is then ``bdlkit.algorithms.<name>``, as a module
+    path too (``from bdlkit.algorithms.<name> import ...``)."""
     where = f"method {name!r} ({module.__name__})"
     if name in METHODS:
         raise ValueError(f"{where}: a method named {name!r} is already registered")
-    cls = getattr(module, "ALGORITHM", None)  # the registration check itself
-    if not (isinstance(cls, type) and issubclass(cls, AlgorithmBase)):
-        raise TypeError(f"{where}: ALGORITHM must be a class deriving from "
-                        "bdlkit.core.protocol.Sampler, Optimizer, Variational or EnsembleBase")
-    if not (getattr(cls, "__dataclass_params__", None) and cls.__dataclass_params__.frozen):
-        raise TypeError(f"{where}: {cls.__name__} must be a frozen dataclass")
-    missing = [m for m in ("init", "step", "params") if not callable(getattr(cls, m, None))]
-    if missing:
-        raise TypeError(f"{where}: {cls.__name__} lacks {', '.join(missing)}")
-    kind = getattr(module, "KIND", None)
-    if kind not in KINDS or kind != cls.kind:
-        raise TypeError(f"{where}: KIND={kind!r} must be {cls.kind!r} (one of {KINDS})")
-    build = getattr(module, "build", None)
-    if not callable(build) or next(iter(inspect.signature(build).parameters), "") != "problem":
-        raise TypeError(f"{where}: build(problem, **hyper) is missing")
-    if undocumented(cls):
-        raise TypeError(f"{where}: options without a line in {cls.__name__}'s Args: "
-                        f"section: {', '.join(undocumented(cls))}")
+    errors = declaration_errors(name, module)
+    if errors:
+        raise TypeError(f"{where}: " + "; ".join(errors))
     METHODS[name] = module
     DESCRIPTIONS[name] = description
+    setattr(sys.modules[__name__], name, module)
+    sys.modules.setdefault(f"{__name__}.{name}", module)
+
+
+def declaration_errors(name: str, module: ModuleType) -> list[str]:
+    """What is wrong with ``module`` as method ``name`` (empty when nothing is):
+    ``ALGORITHM`` is a frozen dataclass deriving from a kind of
+    :mod:`bdlkit.core.protocol` with ``init``, ``step`` and ``params`` and a ``name``
+    defaulting to ``name``; the capabilities it declares have their methods (``keep`` for
+    ``chooses_draws``, ``approximation`` for a Variational, ``member_stack`` for an
+    ensemble); ``KIND`` is its kind; ``build(problem, ...)`` exists; every option has a
+    line in the class's ``Args:`` section."""
+    cls = getattr(module, "ALGORITHM", None)  # the registration check itself
+    if not (isinstance(cls, type) and issubclass(cls, AlgorithmBase)):
+        return ["ALGORITHM must be a class deriving from bdlkit.core.protocol.Sampler, "
+                "Optimizer, Variational or EnsembleBase"]
+    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:
+        return [f"{cls.__name__} must be a frozen dataclass"]
+    errors = [f"{cls.__name__} lacks {m}" for m in ("init", "step", "params")
+              if not callable(getattr(cls, m, None))]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if "name" not in fields or fields["name"].default != name:
+        errors.append(f"{cls.__name__}.name must default to {name!r}")
+    for declared, method, base in ((cls.chooses_draws, "keep", AlgorithmBase),
+                                   (issubclass(cls, Variational), "approximation", Variational),
+                                   (issubclass(cls, EnsembleBase), "member_stack", EnsembleBase)):
+        if declared and getattr(cls, method) is getattr(base, method):
+            errors.append(f"{cls.__name__} declares what needs {method}() but does not define it")
+    kind = getattr(module, "KIND", None)
+    if kind not in KINDS or kind != cls.kind:
+        errors.append(f"KIND={kind!r} must be {cls.kind!r} (one of {KINDS})")
+    build = getattr(module, "build", None)
+    if not callable(build) or next(iter(inspect.signature(build).parameters), "") != "problem":
+        errors.append("build(problem, **hyper) is missing")
+    if undocumented(cls):
+        errors.append(f"options without a line in {cls.__name__}'s Args: section: "
+                      f"{', '.join(undocumented(cls))}")
+    return errors
 
 
 def unregister(name: str) -> None:
     """Remove method ``name`` (for tests and plug-ins that registered one)."""
-    get_method(name)
+    module = get_method(name)
     del METHODS[name], DESCRIPTIONS[name]
+    delattr(sys.modules[__name__], name)
+    if sys.modules.get(f"{__name__}.{name}") is module:
+        del sys.modules[f"{__name__}.{name}"]
 
 
 register("map", map_, "MAP point estimate with Adam or SGD (a deterministic baseline)")

@@ -104,10 +104,14 @@ def undocumented(cls: type) -> list[str]:
 
 
 def check_choices(obj: Any) -> None:
-    """Raise ``ValueError`` for a field of ``obj`` outside its ``Literal`` choices."""
+    """Raise ``ValueError`` for a field of ``obj`` outside its ``Literal`` choices. A value
+    of another type than the choices' passes: it is the other member of a union
+    (``Literal["constant"] | Callable``, ``... | None``), the class's own check's business."""
     for option in options(type(obj)):
         value = getattr(obj, option.name)
-        if option.choices is not None and value not in option.choices:
+        if option.choices is None or type(value) not in {type(c) for c in option.choices}:
+            continue
+        if value not in option.choices:
             allowed = ", ".join(repr(c) for c in option.choices)
             raise ValueError(f"{option.name} must be one of {allowed}; got {value!r}")
 

@@ -14,7 +14,7 @@ dim 0) and ``stream(num_samples, generator, chunk)`` (single draws for the BMA).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ class KeptDraws:
     (a Target's ``(K, [chains,] d)`` or a dict of ``(K, ...)``), or nothing kept."""
 
     kept: Any  # SampleStore | TensorTree | None
+    load: Callable[[], TensorTree | None] | None = None  # a store's draws, loaded once
 
     @property
     def store(self) -> Any:
@@ -47,7 +48,9 @@ class KeptDraws:
     def stacked(self) -> TensorTree | None:
         """All kept draws stacked along dim 0 (``None`` when nothing was kept)."""
         if self.store is not None:
-            return self.store.load() if len(self.store) else None
+            if not len(self.store):
+                return None
+            return self.load() if self.load is not None else self.store.load()
         return self.kept
 
     @property

@@ -4,6 +4,9 @@ e.g. ``warnings.simplefilter("ignore", bdlkit.core.errors.NotConvergedWarning)``
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 
 class NonFiniteError(FloatingPointError):
     """The log density or the parameters became NaN or infinite during inference."""
@@ -19,3 +22,14 @@ class PointEstimateWarning(VIWarning):
 
 class NotConvergedWarning(VIWarning):
     """A VI run's approximation was still moving over its last quarter of steps."""
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised here at the first frame outside
+    bdlkit (the user's line), however deep inside the package it is raised (Python 3.11
+    has no ``warnings.warn(skip_file_prefixes=...)``)."""
+    package = str(Path(__file__).resolve().parent.parent)
+    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

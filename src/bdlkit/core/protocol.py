@@ -27,7 +27,8 @@ from bdlkit.core.tree import TensorTree
 
 Batch = Any  # a tuple (x, y) of tensors for models, None for targets
 Info = dict[str, Any]  # what step returns beside the state: LOG_PROB and scalars to log
-LOG_PROB = "log_prob"  # the one key every Info has: the step's (minibatch) log density
+LOG_PROB = "log_prob"  # the one key every Info has: the step's (minibatch) log density,
+# or None for a step that evaluated none it could report (e.g. a rejected update)
 
 
 @runtime_checkable
@@ -112,8 +113,9 @@ class Algorithm(Protocol):
         ...
 
     def draws(self, state: State, kept: Any) -> Any:
-        """Where the result's draws come from (:mod:`bdlkit.core.draws`); ``kept`` is the
-        sample store of a sampler run (unused by the other kinds)."""
+        """Where the result's draws come from (:mod:`bdlkit.core.draws`); ``kept`` is what
+        a sampler run kept (a ``KeptDraws``, a store or stacked draws; unused by the other
+        kinds)."""
         ...
 
     def hyperparameters(self) -> dict[str, Any]:
@@ -177,7 +179,7 @@ class Sampler(AlgorithmBase):
     collects_draws: ClassVar[bool] = True
 
     def draws(self, state: Any, kept: Any) -> KeptDraws:
-        return KeptDraws(kept)
+        return kept if isinstance(kept, KeptDraws) else KeptDraws(kept)
 
 
 class Optimizer(AlgorithmBase):

@@ -89,11 +89,12 @@ class Result:
     @property
     def draws(self) -> Draws:
         """Where the draws come from: the algorithm says (:mod:`bdlkit.core.draws`)."""
-        kept = self.store if self.store is not None else self._samples
+        kept = (KeptDraws(self.store, load=lambda: self.samples) if self.store is not None
+                else self._samples)  # a store is read from disk once, by self.samples
         if self.algorithm is not None and self.state is not None:
             return self.algorithm.draws(self.state, kept)
         if kept is not None:
-            return KeptDraws(kept)
+            return kept if isinstance(kept, KeptDraws) else KeptDraws(kept)
         return NoDraws("this result was loaded without its problem and holds no kept "
                        "samples; pass problem= to load")
 

@@ -32,8 +32,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from bdlkit.core import rng
-from bdlkit.core.errors import NonFiniteError
-from bdlkit.core.protocol import LOG_PROB, Algorithm, Variational
+from bdlkit.core.errors import NonFiniteError, caller_stacklevel
+from bdlkit.core.protocol import LOG_PROB, Algorithm, AlgorithmBase, Variational
 from bdlkit.core.serialization import CorruptFileError, state_from_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree, all_finite
 from bdlkit.engine import vi_checks
@@ -142,6 +142,15 @@ class Runner:
             raise ValueError("eval_every needs eval_fn")
         if chains is not None and chains < 1:
             raise ValueError(f"chains must be >= 1, got {chains}")
+        if not isinstance(algorithm, AlgorithmBase):
+            raise TypeError(
+                f"{type(algorithm).__name__} is not a bdlkit algorithm: derive it from "
+                "bdlkit.core.protocol.Sampler, Optimizer, Variational or EnsembleBase, which "
+                "declare what the runner asks of it (docs/architecture.md)"
+            )
+        if store is not None and any(v is not None for v in (burnin, thin, max_samples)):
+            raise ValueError("give either store= or burnin/thin/max_samples (the settings of "
+                             "the default store), not both: set them on the store itself")
         self.algorithm = algorithm
         self.problem = algorithm.problem
         self.problem.validate_data(data)
@@ -328,6 +337,12 @@ class Runner:
             )
         ckpt = load_checkpoint(path)
         meta = ckpt.meta
+        written = meta.get("checkpoint_format", 1)
+        if written > CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"checkpoint {path} has checkpoint format {written}, newer than this bdlkit's "
+                f"({CHECKPOINT_FORMAT}): resume it with the bdlkit release that wrote it"
+            )
         expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
                     **self.fingerprint()}
         for key, value in expected.items():
@@ -338,10 +353,9 @@ class Runner:
                     f", whose update rule differs from this bdlkit's (version {value}); finish "
                     "the run with the bdlkit release that started it, or start it again"
                 )
-            if (key == "hyperparameters" and saved != value
-                    and meta.get("checkpoint_format", 1) != CHECKPOINT_FORMAT):
+            if key == "hyperparameters" and saved != value and written < CHECKPOINT_FORMAT:
                 raise ValueError(
-                    f"checkpoint {path} has checkpoint format {meta.get('checkpoint_format', 1)}"
+                    f"checkpoint {path} has checkpoint format {written}"
                     f" (written before bdlkit {FORMAT_SINCE}); this version writes format "
                     f"{CHECKPOINT_FORMAT} and records {key} differently, so it cannot check that "
                     "the run is the same: finish the run with the bdlkit release that started "
@@ -370,7 +384,8 @@ class Runner:
         evaluate = self.eval_every is not None and (t % self.eval_every == 0 or t == total)
         if not (t % self.log_every == 0 or t == total or evaluate):
             return None
-        entry: dict[str, float] = {"step": t, **{k: _scalar(v) for k, v in info.items()}}
+        entry: dict[str, float] = {"step": t, **{k: _scalar(v) for k, v in info.items()
+                                                  if v is not None}}
         if evaluate:
             metrics = self.eval_fn(self.algorithm.params(state))
             entry.update({f"eval/{k}": float(v) for k, v in metrics.items()})
@@ -441,7 +456,8 @@ def default_store(
     elif burnin < warmup:
         warnings.warn(f"burnin={burnin} keeps draws from the first {warmup} steps, in which "
                       "the sampler still adapts its step size: they are not from the "
-                      "stationary chain; use burnin >= the warm-up", stacklevel=3)
+                      "stationary chain; use burnin >= the warm-up",
+                      stacklevel=caller_stacklevel())
     if not 0 <= burnin < total:
         raise ValueError(f"burnin must be in [0, steps={total}), got {burnin}")
     keep = 1000 if is_target else 100

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from bdlkit import metrics
+from bdlkit.core.draws import KeptDraws
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
 
 if TYPE_CHECKING:  # a result is read here, made by the engine above
@@ -81,7 +82,7 @@ def evaluate(
     values["num_test"] = len(y)
     values["num_draws"] = test.num_samples
     diag = None
-    if diagnostics and result.kind == "sampler" and test.num_samples >= 4:
+    if diagnostics and isinstance(result.draws, KeptDraws) and test.num_samples >= 4:
         from bdlkit.evaluation.sampling import sampler_diagnostics
 
         diag = sampler_diagnostics(result, ds.x_test[:probe_size])

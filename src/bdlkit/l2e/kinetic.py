@@ -5,7 +5,7 @@ Pure tensor functions on *lists of parameter leaves*, shared by the sampler
 runs them under ``torch.func.vmap`` over a population of meta-parameters). Written here,
 from ``docs/l2e.md`` (the code form), because no library implements L2E in PyTorch.
 
-Per step, with g the minibatch gradient of the per-datum loss (``_sgmcmc.loss_gradient``):
+Per step, with g the minibatch gradient of the per-datum loss (``bdlkit.algorithms.sgmcmc.common.loss_gradient``):
 
 1. rolling means ``m_b ← b·m_b + (1−b)·g`` for b ∈ {0.1, 0.5, 0.9, 0.99, 0.999, 0.9999}
    (start at 0, no bias correction, updated before the features);

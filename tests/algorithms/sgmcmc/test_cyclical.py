@@ -37,7 +37,7 @@ def test_phases_and_sampling_windows():
 
 def test_zhang_et_al_windows_with_sample_spacing():
     """50-epoch cycles of S steps, noise in the last 5 epochs, draws at the ends of epochs
-    48, 49 and 50 (``algorithms.md`` A.4.2), here with S = 10 steps per epoch."""
+    48, 49 and 50 (``docs/sgmcmc.md``, cyclical SG-MCMC), here with S = 10 steps per epoch."""
     target, _, _ = correlated_target()
     alg = csghmc.build(target, cycle_steps=500, explore_frac=0.9, samples_per_cycle=3,
                        sample_spacing=10)

@@ -1,7 +1,6 @@
 """BaM (batch and match): the symmetric and low-rank Σ updates against the literal matrix
 square-root formula, recovery of Gaussian targets, the diagonal fixed point on correlated
-targets, rejected updates, networks and checkpointable states (``algorithms.md`` B.8.3,
-Part E check 5)."""
+targets, rejected updates, networks and checkpointable states (``docs/vi.md``, BaM)."""
 
 import numpy as np
 import pytest

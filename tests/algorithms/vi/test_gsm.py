@@ -1,6 +1,6 @@
 """GSM (Gaussian score matching): the closed-form update matches the score at the draw,
 recovery of Gaussian targets (full and diagonal), rejected updates, networks and
-checkpointable states (``algorithms.md`` B.8.2, Part E check 4)."""
+checkpointable states (``docs/vi.md``, GSM)."""
 
 import pytest
 import torch

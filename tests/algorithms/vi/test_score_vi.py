@@ -332,3 +332,22 @@ def test_state_round_trips_through_a_checkpoint(solver):
                         torch.zeros(4, dtype=F64))
     template = alg.init(torch.zeros(4, dtype=F64), generator=torch.Generator().manual_seed(0))
     assert_restores(alg, state, template)
+
+
+def test_closed_form_backs_off_on_non_finite_scores_and_then_stops_with_a_report():
+    """A rejected step reports log_prob=None (nothing evaluated), which the runner accepts;
+    after the guard's back-offs the run stops with NonFiniteError, not a TypeError."""
+    def log_prob(t):
+        return torch.where(t[..., 0] > 3.0, torch.nan, -0.5 * (t**2).sum(-1))
+
+    target = bdlkit.Target(log_prob, dim=2, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NonFiniteError):
+            bdlkit.infer(target, "score_vi", solver="closed_form", init_std=2.0, start="init",
+                         steps=50, seed=0)
+        result = bdlkit.infer(target, "score_vi", solver="closed_form", init_std=0.5,
+                              start="init", steps=50, seed=0)  # one rejection, recovered
+    rejected = [e for e in result.history if "rejected" in e]
+    assert len(rejected) == 1 and "log_prob" not in rejected[0]
+    assert all(math.isfinite(e["log_prob"]) for e in result.history if "rejected" not in e)

@@ -106,6 +106,7 @@ class HMC(Sampler):
     target_accept: float = 0.8
     max_leapfrog: int = 1000
     name: str = "hmc"
+    step_size_param: ClassVar[str] = "step_size"
     full_batch: ClassVar[bool] = True
 
     def __post_init__(self) -> None:

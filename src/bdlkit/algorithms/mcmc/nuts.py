@@ -77,6 +77,7 @@ class NUTS(Sampler):
     adapt_mass_matrix: bool = True
     name: str = "nuts"
     full_batch: ClassVar[bool] = True
+    step_size_param: ClassVar[str] = "step_size"
     _cache: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -2,7 +2,7 @@
 
 Kim, Jung, Kim & Lee, "Learning to Explore for Stochastic Gradient MCMC", ICML 2024
 (``docs/l2e.md``). With g the minibatch gradient of the per-datum loss
-(``_sgmcmc.loss_gradient``: mean NLL − log p(θ)/N), rolling means m_b of g and the
+(``common.loss_gradient``: mean NLL − log p(θ)/N), rolling means m_b of g and the
 meta-learned (α_φ, β_φ) of :mod:`bdlkit.l2e.kinetic`::
 
     r_{t+1} = r_t − ε·(grad_scale·g_t + α_φ(θ_t, r_t) + C·β_φ(θ_t, r_t)) + sqrt(v)·ξ_t
@@ -28,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch.func import vmap
@@ -105,6 +105,7 @@ class L2E(Sampler):
     exp_mult: float | None = None
     precond_mult: float | None = None
     name: str = "l2e"
+    step_size_param: ClassVar[str] = "eps"
     constants: Constants = field(init=False, repr=False, compare=False)  # the resolved ones
     kinetic_fn: Kinetic = field(init=False, repr=False, compare=False)  # (α_φ, β_φ)
     #: sha256 prefix of the meta-parameters and constants ("identity" without them)

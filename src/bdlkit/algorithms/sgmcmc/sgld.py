@@ -1,6 +1,6 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
 
-In bdlkit's SG-MCMC convention (``_sgmcmc``, ``docs/conventions.md``, ``docs/sgmcmc.md``),
+In bdlkit's SG-MCMC convention (:mod:`.common`, ``docs/conventions.md``, ``docs/sgmcmc.md``),
 with g the minibatch gradient of the per-datum untempered loss, T the problem's
 temperature and N = ``num_data``::
 

@@ -23,7 +23,7 @@ symmetric and positive definite by construction. GSM-VI's code computes the same
 2·solve((I + sqrtm(I + 4UV))ᵀ, Vᵀ) (mind the 2) and adds 1e-6·I jitter; bdlkit adds none.
 A failed Cholesky factorisation of V, a
 NaN, or an eigenvalue w clearly below zero (U is PSD in exact arithmetic; only roundoff-level
-negatives are set to 0) rejects the update (:mod:`._gaussian_projection`).
+negatives are set to 0) rejects the update (:mod:`.gaussian_projection`).
 
 **Low rank** (``covariance="lowrank"``). U = QQᵀ exactly with the d × (B+1) factor
 Q = [√(λ/B)(g_b − ḡ) for b = 1..B, √(λ/(1+λ))·ḡ] (no truncated SVD needed). Since

@@ -17,7 +17,7 @@ a fixed point, reached geometrically (5-D, B = 2: error 1e-6 after about 90 iter
 ``covariance="full"`` keeps λ = (μ, L), Σ = LLᵀ (:mod:`bdlkit.families.full_gaussian`),
 for a :class:`~bdlkit.problems.Target` only; all B updates are vectorised, O(Bd²), plus
 the O(d³) Cholesky factorisation of the new Σ. An update whose Σ has no Cholesky factor
-(or any NaN or inf) is rejected (:mod:`._gaussian_projection`), as GSM-VI's code does.
+(or any NaN or inf) is rejected (:mod:`.gaussian_projection`), as GSM-VI's code does.
 
 ``covariance="diag"`` is the exact diagonal-family solution (docs/vi.md, GSM): KL and
 score constraint separate per coordinate, so the scalar formula (Σ → σ_i², gᵀΣg → σ_i² g_i²,
@@ -25,7 +25,7 @@ score constraint separate per coordinate, so the scalar formula (Σ → σ_i², 
 μ'_i = μ_i + ε₀_i / (1 + ρ_i + (μ_i − x_i) g_i). It matches the score at x exactly,
 coordinate by coordinate, on any target. It works on any pytree (a Target's vector or a
 network's dict of tensors), λ = (μ, ρ = log σ); a non-positive variance is rejected. Scores
-come from :func:`._vi_common.minibatch_scores` (one oracle call per draw for a network);
+come from :func:`.common.minibatch_scores` (one oracle call per draw for a network);
 GSM was designed for exact scores, so minibatch scores of a network make it a heuristic.
 """
 

@@ -228,7 +228,7 @@ class ScoreVI(DiagGaussianVI):
         if self.solver == "closed_form" and not all_finite((value, scores)):
             # draws from an overshooting q: back off instead of passing NaN on (guard)
             lam, opt_state = closed_form.back_off(state.opt_state, t, "a score was not finite")
-            info = {"alpha": alpha, "rejected": 1.0}
+            info = {"log_prob": None, "alpha": alpha, "rejected": 1.0}  # none evaluated
         elif self.solver == "closed_form":
             lam, opt_state, extra = closed_form.step(
                 state.lam, anchor, thetas, scores, alpha, state.opt_state,
