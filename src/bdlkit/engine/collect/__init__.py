@@ -8,7 +8,8 @@ all draws in memory and a crash leaves a readable store. Both checkpoint through
 
 from __future__ import annotations
 
+from bdlkit.engine.collect.defaults import default_store
 from bdlkit.engine.collect.disk import DiskStore
 from bdlkit.engine.collect.store import MemoryStore, SampleStore
 
-__all__ = ["DiskStore", "MemoryStore", "SampleStore"]
+__all__ = ["DiskStore", "MemoryStore", "SampleStore", "default_store"]
