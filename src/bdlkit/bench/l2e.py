@@ -72,6 +72,7 @@ from bdlkit import metrics
 from bdlkit.bench import l2e_report
 from bdlkit.bench.common import cached_reference, machine_info, warm_up, write_results
 from bdlkit.bench.l2e_report import add_step_ratios, compute_claims, summarize_chains
+from bdlkit.core.draws import KeptDraws
 from bdlkit.data.corruptions import CORRUPTIONS, corrupt_dataset
 from bdlkit.diagnostics import ess_per_second, ess_tfp_single_chain, layerwise_rhat
 from bdlkit.evaluation.sampling import draw_predictions
@@ -264,7 +265,7 @@ def _run_method(task: Task, method: str, hyper: dict[str, Any], base: dict[str, 
             output = run_module.fit(cfg, runs / task.name / f"{method}-seed{s}",
                                     overwrite=True)
             chain = score_chain(task, output, ds, extras)
-            if output.result.kind == "sampler":
+            if isinstance(output.result.draws, KeptDraws):
                 draws.append(weight_draws(output.result))
             chains.append(chain)
         except Exception as err:  # noqa: BLE001 - a failing method keeps its row
@@ -307,7 +308,7 @@ def score_chain(task: Task, output: run_module.RunOutput, ds: Any,
         out["corruptions"] = {sev: _mean_cells(c) for sev, c in cells.items()}
         overall = _mean_cells([v for c in cells.values() for v in c])
         out.update({f"corr_{k}": v for k, v in overall.items()})
-    if result.kind == "sampler" and out["draws"] >= 2:
+    if isinstance(result.draws, KeptDraws) and out["draws"] >= 2:
         n = min(task.probe_points, len(ds.x_test))
         preds = draw_predictions(result, ds.x_test[:n])
         out["fn_ess_per_s"] = float(ess_per_second(

@@ -147,7 +147,7 @@ def run_vi(target: Target, method: str, hyper: dict[str, Any], *, measure: Measu
             while t < stop and elapsed + time.perf_counter() - start < time_limit:
                 state, _ = algo.step(state, None)
                 t += 1
-                if hasattr(algo, "status") and algo.status(state) != "ok":
+                if algo.status(state) != "ok":
                     record["status"] = algo.status(state)
                     break
             elapsed += time.perf_counter() - start

@@ -126,6 +126,11 @@ class Algorithm(Protocol):
         """Name, kind and shown fields: what a checkpoint records to refuse another run."""
         ...
 
+    def status(self, state: State) -> str:
+        """``"ok"``, or why the run cannot usefully go on (e.g. GSM/BaM's
+        ``"numerical_failure"`` after repeated rejected updates)."""
+        ...
+
 
 class AlgorithmBase:
     """The defaults of every optional capability of :class:`Algorithm`.
@@ -154,6 +159,9 @@ class AlgorithmBase:
 
     def keep(self, t: int) -> bool:
         return True
+
+    def status(self, state: Any) -> str:
+        return "ok"
 
     def hyperparameters(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in hyperparameter_fields(type(self))}
