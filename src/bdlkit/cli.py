@@ -239,7 +239,7 @@ def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bdlkit.runs import directory as run
 
-    values = run.evaluate(args.run_dir, ood=args.ood, reference=args.reference,
+    values = run.reevaluate(args.run_dir, ood=args.ood, reference=args.reference,
                           corruptions=args.corruptions)
     return _print_metrics(values, Path(args.run_dir))
 

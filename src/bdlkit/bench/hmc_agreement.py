@@ -63,7 +63,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                             **base)
             run_dir = runs / f"{method}-seed{seed + s}"
             output = run_module.fit(cfg, run_dir, overwrite=True)
-            values = run_module.evaluate(run_dir, reference=runs / "reference")
+            values = run_module.reevaluate(run_dir, reference=runs / "reference")
             per_seed.append({**{k: values[k] for k in VALUES}, "train_s": output.train_seconds})
         rows.append(_summary(method, per_seed))
         if echo:

@@ -93,14 +93,14 @@ def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
     x, y = eval_split(ds)
 
     @torch.no_grad()
-    def evaluate(params: Any) -> dict[str, float]:
+    def point_metrics(params: Any) -> dict[str, float]:
         pred = cat_predictives(
             [problem.predictive(params, x[i : i + chunk]) for i in range(0, len(x), chunk)]
         )
         return {k: v for k, v in predictive_metrics(pred, y, ds).items() if k in ("accuracy",
                                                                              "nll", "rmse")}
 
-    return evaluate
+    return point_metrics
 
 
 def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False):
@@ -248,7 +248,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
     return Result(problem, runner.algorithm, state, store, history, config), cfg, ds
 
 
-def evaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
+def reevaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
              reference: str | os.PathLike | None = None,
              corruptions: bool = False) -> dict[str, Any]:
     """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
