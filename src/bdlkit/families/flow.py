@@ -1,0 +1,179 @@
+"""A normalizing-flow family on R^d: a neural spline flow behind an affine output.
+
+    θ = loc + exp(log_scale) ⊙ f⁻¹(z),   z ~ N(0, I)
+    log q(θ) = log p_f(x) − Σ_i log_scale_i,   x = (θ − loc) / exp(log_scale)
+    score:     ∇_θ log q(θ), by autograd through the flow only
+
+f is zuko's neural spline flow (``zuko.flows.NSF``, Durkan et al. 2019) with coupling
+masks (``passes=2``), so sampling and density are both one pass. Every hypernetwork's
+output layer starts at zero, which makes f the identity: q₀ is exactly N(loc,
+diag exp(2 log_scale)), the diagonal Gaussian start of the other VI methods
+(``init(point, init_std)``), and the flow grows from there.
+
+The parameters λ are a flat ``dict[str, Tensor]`` (``"loc"``, ``"log_scale"`` and
+``"flow.<name>"``), a pytree like every other VI state, so optimisers over pytrees,
+checkpoints and resume work unchanged. Base noise comes from the caller's generator
+(zuko's own ``sample`` would use torch's global one), so draws are a pure function of
+the generator state. zuko is an optional dependency (``bdlkit[flows]``); this module
+only wraps it to evaluate the flow at given parameters (``torch.func.functional_call``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+FlowParams = dict[str, Tensor]
+PREFIX = "flow."
+MOMENT_DRAWS = 4096  # draws behind FlowApproximation.mean/std (fixed seed)
+
+
+class _FlowOps(nn.Module):
+    """Everything evaluated inside one ``functional_call``: zuko builds its transforms
+    lazily, so a density or an inverse must run while the given parameters are bound."""
+
+    def __init__(self, flow: nn.Module) -> None:
+        super().__init__()
+        self.flow = flow
+
+    def forward(self, op: str, tensor: Tensor) -> Tensor:
+        dist = self.flow()
+        return dist.log_prob(tensor) if op == "log_prob" else dist.transform.inv(tensor)
+
+
+def _zuko() -> Any:
+    try:
+        import zuko
+    except ImportError as err:  # pragma: no cover - zuko is in the dev lock
+        raise ImportError("the flow family needs zuko: pip install 'bdlkit[flows]'") from err
+    return zuko
+
+
+@dataclass(frozen=True)
+class FlowFamily:
+    """Neural spline flows on R^``features`` (module docstring).
+
+    Args:
+        features: the dimension d of θ (>= 1).
+        transforms: spline coupling layers (>= 1).
+        bins: spline bins per coordinate (>= 2).
+        hidden: width of the two hidden layers of each layer's hypernetwork (>= 1).
+        dtype: the parameters' and draws' dtype.
+    """
+
+    features: int
+    transforms: int = 3
+    bins: int = 8
+    hidden: int = 32
+    dtype: torch.dtype = torch.float32
+    _ops: _FlowOps = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, low in (("features", 1), ("transforms", 1), ("bins", 2), ("hidden", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < low:
+                raise ValueError(f"flow {name} must be an integer >= {low}, got {value!r}")
+        passes = 2 if self.features > 1 else None  # one coordinate: nothing to couple
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # the module's own values are never used: init() draws λ
+            flow = _zuko().flows.NSF(features=int(self.features), transforms=self.transforms,
+                                     bins=self.bins, hidden_features=(self.hidden,) * 2,
+                                     passes=passes)
+        object.__setattr__(self, "_ops", _FlowOps(flow).to(self.dtype).requires_grad_(False))
+
+    # ------------------------------------------------------------------ λ
+    def init(self, point: Tensor, init_std: float, generator: torch.Generator) -> FlowParams:
+        """λ with f the identity: q₀ = N(point, init_std² I); hidden weights drawn from
+        ``generator`` (PyTorch's default uniform fan-in scheme)."""
+        if not init_std > 0:
+            raise ValueError(f"init_std must be > 0, got {init_std}")
+        point = torch.as_tensor(point, dtype=self.dtype).detach().reshape(-1)
+        if point.numel() != self.features:
+            raise ValueError(f"the flow has {self.features} features but the point has "
+                             f"{point.numel()} values")
+        params: FlowParams = {"loc": point.clone(),
+                              "log_scale": torch.full_like(point, math.log(init_std))}
+        for name, p in self._ops.flow.named_parameters():
+            if ".hyper." in f".{name}" and _is_output_layer(self._ops.flow, name):
+                value = torch.zeros_like(p)  # f = identity at the start
+            elif p.ndim == 2:
+                bound = 1.0 / math.sqrt(p.shape[1])
+                value = (torch.rand(p.shape, generator=generator, dtype=p.dtype) * 2 - 1) * bound
+            else:
+                value = torch.zeros_like(p)
+            params[PREFIX + name] = value
+        return params
+
+    # ------------------------------------------------------------------ q
+    def _call(self, params: FlowParams, op: str, tensor: Tensor) -> Tensor:
+        flow = {k: v for k, v in params.items() if k.startswith(PREFIX)}
+        return torch.func.functional_call(self._ops, flow, (op, tensor))
+
+    def sample(self, params: FlowParams, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` draws, ``(n, d)``; differentiable in λ (reparameterised) unless λ is not."""
+        loc = params["loc"]
+        z = torch.randn((n, self.features), generator=generator, dtype=loc.dtype,
+                        device=loc.device)
+        return loc + params["log_scale"].exp() * self._call(params, "inverse", z)
+
+    def log_prob(self, params: FlowParams, theta: Tensor) -> Tensor:
+        """log q_λ(θ) for θ of shape ``(..., d)``."""
+        x = (theta - params["loc"]) / params["log_scale"].exp()
+        shape = x.shape[:-1]
+        flat = self._call(params, "log_prob", x.reshape(-1, self.features))
+        return flat.reshape(shape) - params["log_scale"].sum()
+
+    def score(self, params: FlowParams, theta: Tensor, create_graph: bool = False) -> Tensor:
+        """∇_θ log q_λ(θ), by autograd through the flow only (the problem is not called);
+        ``create_graph=True`` keeps it differentiable in λ (score-based VI)."""
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = self.log_prob(params, theta).sum()
+            (grad,) = torch.autograd.grad(value, theta, create_graph=create_graph)
+        return grad
+
+
+def _is_output_layer(flow: nn.Module, name: str) -> bool:
+    """Whether ``name`` belongs to the last linear layer of its hypernetwork."""
+    prefix, _, _ = name.rpartition(".")  # e.g. transform.transforms.0.hyper.4
+    hyper_name, _, index = prefix.rpartition(".")
+    hyper = flow.get_submodule(hyper_name)
+    last = max(i for i, m in enumerate(hyper) if isinstance(m, nn.Linear))
+    return int(index) == last
+
+
+@dataclass(frozen=True)
+class FlowApproximation:
+    """A fitted flow q as an object (:class:`bdlkit.core.protocol.Approximation`)."""
+
+    family: FlowFamily
+    params: FlowParams
+
+    def sample(self, n: int, generator: torch.Generator) -> Tensor:
+        with torch.no_grad():
+            return self.family.sample(self.params, n, generator)
+
+    def log_prob(self, theta: Tensor) -> Tensor:
+        with torch.no_grad():
+            return self.family.log_prob(self.params, theta)
+
+    def score(self, theta: Tensor) -> Tensor:
+        return self.family.score(self.params, theta)
+
+    def _moments(self) -> tuple[Tensor, Tensor]:
+        draws = self.sample(MOMENT_DRAWS, torch.Generator().manual_seed(0))
+        return draws.mean(0), draws.std(0)
+
+    @property
+    def mean(self) -> Tensor:
+        """E_q[θ], by Monte Carlo over 4096 draws of a fixed seed."""
+        return self._moments()[0]
+
+    @property
+    def std(self) -> Tensor:
+        """The marginal standard deviations, by the same Monte Carlo."""
+        return self._moments()[1]
