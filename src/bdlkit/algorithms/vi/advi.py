@@ -62,6 +62,8 @@ from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.vi import common as vi
+from bdlkit.algorithms.vi import flow_vi
+from bdlkit.algorithms.vi.flow_vi import FlowOptions
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule, resolve
@@ -74,7 +76,7 @@ ADVIState = vi.VIState
 
 
 @dataclass(frozen=True)
-class ADVI(vi.DiagGaussianVI):
+class ADVI(FlowOptions, vi.DiagGaussianVI):
     """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring).
 
     Args:
@@ -102,11 +104,14 @@ class ADVI(vi.DiagGaussianVI):
         vi.setup(self)
         if not isinstance(self.stl, bool):
             raise ValueError(f"stl must be True or False, got {self.stl!r}")
+        self.setup_family(self.problem)
 
     def init(
         self, params: TensorTree | DiagGaussianParams | None = None, *,
         generator: torch.Generator,
     ) -> ADVIState:
+        if self._flow is not None:
+            return self.flow_init(params, generator)
         return vi.init_state(self.problem, self._opt, params, self.init_std, generator)
 
     def elbo_grad(
@@ -131,6 +136,9 @@ class ADVI(vi.DiagGaussianVI):
         ), value
 
     def step(self, state: ADVIState, batch: Batch) -> tuple[ADVIState, Info]:
+        if self._flow is not None:  # always STL: module docstring of flow_vi
+            return flow_vi.elbo_step(self._flow, self._opt, resolve(self.lr, state.step),
+                                     self.problem, state, batch, num_samples=self.num_samples)
         gen = rng.from_state(state.rng_state, device=device_of(state.lam.mu))
         eps = vi.draw_eps(state.lam, self.num_samples, gen)
         grad, value = self.elbo_grad(state.lam, eps, batch)

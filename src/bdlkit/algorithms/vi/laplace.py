@@ -158,6 +158,13 @@ def gaussian_to_theta(lam: Any, start: LaplaceStart) -> Any:
     return lam
 
 
+def flow_to_theta(lam: dict[str, Tensor], start: LaplaceStart) -> dict[str, Tensor]:
+    """A flow λ on z as the same flow on θ = θ̂ + s ⊙ z: its output is loc + e^ℓ ⊙ f⁻¹(ε),
+    so loc → θ̂ + s ⊙ loc and ℓ → ℓ + log s, exactly (:mod:`bdlkit.families.flow`)."""
+    scale = start.scale.to(lam["loc"].dtype)
+    return {**lam, "loc": start.to_theta(lam["loc"]), "log_scale": lam["log_scale"] + scale.log()}
+
+
 def state_to_theta(state: Any, start: LaplaceStart) -> Any:
     """A VI state of a run on z with its Gaussian fields mapped to θ by
     :func:`gaussian_to_theta`: λ, score_vi's anchor, and in a nested solver state the
@@ -165,8 +172,12 @@ def state_to_theta(state: Any, start: LaplaceStart) -> Any:
     ``PRECISION_FIELDS``, divided by s²). The rest (optimiser moments, generator state,
     step, counters) is kept as it is: the moments stay in z units and describe the z run."""
     changes: dict[str, Any] = {}
+    for name in getattr(state, "FLOW_FIELDS", ()):  # a flow's affine output absorbs the map
+        changes[name] = flow_to_theta(getattr(state, name), start)
     for f in dataclasses.fields(state):
         value = getattr(state, f.name)
+        if f.name in changes:
+            continue
         if isinstance(value, (DiagGaussianParams, FullGaussianParams)):
             changes[f.name] = gaussian_to_theta(value, start)
         elif hasattr(value, "GAUSSIAN_FIELDS"):

@@ -47,8 +47,10 @@ import torch
 from torch import Tensor
 
 from bdlkit.algorithms.options import builder
+from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
 from bdlkit.algorithms.vi.common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
+from bdlkit.algorithms.vi.flow_vi import FlowOptions
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule, resolve
@@ -90,7 +92,7 @@ class ScoreVIState:
 
 
 @dataclass(frozen=True)
-class ScoreVI(DiagGaussianVI):
+class ScoreVI(FlowOptions, DiagGaussianVI):
     """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
 
     The options left at None take their solver's value in ``SOLVER_DEFAULTS`` (what the
@@ -180,6 +182,15 @@ class ScoreVI(DiagGaussianVI):
         for name, value in opts.items():
             set_attr(self, name, value)
         set_attr(self, "_opt", make_opt(self.optimizer, self.momentum))
+        if self.family == "flow" and solver != "gradient":
+            raise ValueError("family='flow' uses the gradient solver (the closed form is the "
+                             "Gaussian argmin): drop solver='closed_form'")
+        self.setup_family(self.problem)
+        if self.family == "flow" and not quiet:
+            warnings.warn("score_vi: family='flow' is experimental: on a 2-D Gaussian from "
+                          "N(0, I) its Fisher loss rises before it falls and with 64 draws "
+                          "per step it diverges (flow_vi's docstring); advi with "
+                          "family='flow' is the tested flow", stacklevel=4)
 
     @property
     def step_size_param(self) -> str:
@@ -198,6 +209,8 @@ class ScoreVI(DiagGaussianVI):
 
     def init(self, params: TensorTree | DiagGaussianParams | None = None, *,
              generator: torch.Generator) -> ScoreVIState:
+        if self._flow is not None:
+            return self.flow_init(params, generator)
         lam = initial_lam(self.problem, params, self.init_std, generator)
         noise = rng.split(generator, device=device_of(lam.mu))
         opt = closed_form.init(lam, self.omega) if self.solver == "closed_form" \
@@ -218,6 +231,12 @@ class ScoreVI(DiagGaussianVI):
         return tree_map(lambda m, e: torch.cat([m + e, m - e]), anchor.mu, half)
 
     def step(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
+        if self._flow is not None:
+            k = self.inner_steps
+            return flow_vi.score_step(
+                self._flow, self._opt, resolve(self.lr, state.step), self.problem, state, batch,
+                num_samples=self.num_samples, alpha=self.alpha(state.step // k * k),
+                inner_steps=k, kld=self.kld)
         t = state.step
         anchor = state.lam if t % self.inner_steps == 0 else state.anchor
         alpha = self.alpha(t // self.inner_steps * self.inner_steps)
