@@ -101,3 +101,22 @@ def test_bad_flow_options_fail_before_any_step(blr):
         advi.build(_gaussian(), family="maf")
     with pytest.warns(UserWarning, match="family='flow' is experimental"):
         score_vi.build(_gaussian(), family="flow")
+
+
+def test_score_vi_with_a_flow_learns_the_correlations_the_laplace_start_lacks():
+    """From the diagonal Laplace start (covariance error 38 %) to a 5-D correlated
+    Gaussian: the flow holds the correlations (measured 4.3 % after 300 steps)."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 5, dtype=F64, generator=gen)
+    cov = a @ a.T / 5 + 0.5 * torch.eye(5, dtype=F64)
+    prec, mean = torch.linalg.inv(cov), torch.arange(5, dtype=F64)
+    target = bdlkit.Target(lambda x: -0.5 * (((x - mean) @ prec) * (x - mean)).sum(-1),
+                           dim=5, dtype=F64)
+    with pytest.warns(UserWarning, match="experimental"):
+        result = bdlkit.infer(target, "score_vi", family="flow", steps=300, num_samples=16)
+    assert result.algorithm.lr == 3e-3  # the flow's default
+    draws = result.sample(40000, generator=torch.Generator().manual_seed(0))
+    err = ((torch.cov(draws.T) - cov).abs().max() / cov.abs().max()).item()
+    assert err < 0.08 and (draws.mean(0) - mean).abs().max() < 0.1
+    start = torch.diag(1 / prec.diag())  # the diagonal Laplace covariance
+    assert (start - cov).abs().max() / cov.abs().max() > 0.3

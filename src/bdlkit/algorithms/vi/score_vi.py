@@ -99,8 +99,8 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
     fields then hold); setting one that cannot act in the configuration warns.
 
     Args:
-        lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2); the
-            closed form has none (ω is its step).
+        lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2, 3e-3
+            with family="flow"); the closed form has none (ω is its step).
         optimizer: "adam" or "sgd" (gradient solver).
         momentum: SGD's momentum in [0, 1), as in advi.
         num_samples: S draws per step (default: 2, one antithetic pair, for the closed
@@ -158,6 +158,8 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
             raise ValueError(f"inner_steps={inner_steps}: the closed form solves each anchor's "
                              "problem exactly (K = 1); use solver='gradient' for K > 1")
         defaults = SOLVER_DEFAULTS[solver]
+        if self.family == "flow":
+            defaults = {**defaults, "lr": flow_vi.SCORE_LR}
         given = {k: getattr(self, k) for k in defaults}
         quiet = _REBINDING.get()
         if not quiet:
@@ -187,10 +189,11 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
                              "Gaussian argmin): drop solver='closed_form'")
         self.setup_family(self.problem)
         if self.family == "flow" and not quiet:
-            warnings.warn("score_vi: family='flow' is experimental: on a 2-D Gaussian from "
-                          "N(0, I) its Fisher loss rises before it falls and with 64 draws "
-                          "per step it diverges (flow_vi's docstring); advi with "
-                          "family='flow' is the tested flow", stacklevel=4)
+            warnings.warn("score_vi: family='flow' is experimental: from the default Laplace "
+                          "start it fits a correlated Gaussian, but from a start far from "
+                          "the posterior it drifts or diverges (measured in flow_vi's "
+                          "docstring); check it against advi with family='flow'",
+                          stacklevel=4)
 
     @property
     def step_size_param(self) -> str:
