@@ -120,3 +120,32 @@ def test_score_vi_with_a_flow_learns_the_correlations_the_laplace_start_lacks():
     assert err < 0.08 and (draws.mean(0) - mean).abs().max() < 0.1
     start = torch.diag(1 / prec.diag())  # the diagonal Laplace covariance
     assert (start - cov).abs().max() / cov.abs().max() > 0.3
+
+
+@pytest.mark.slow
+def test_on_two_modes_8_sd_apart_score_vi_keeps_both_and_advi_collapses():
+    """Both start at N((0.5, 0), I), between the modes at (±4, 0), with the same flow.
+    Measured (1500 steps, S = 32, 4 couplings): score_vi puts 0.72 / 0.28 of its mass on
+    the left / right mode, advi 0.000 / 1.000: the ELBO's mode collapse, which the
+    score-matching objective avoids here; it is blind to the modes' relative weights,
+    hence the uneven split."""
+    import math
+
+    centres = torch.tensor([[-4.0, 0.0], [4.0, 0.0]], dtype=F64)
+
+    def log_prob(x):
+        return torch.logsumexp(-0.5 * ((x[..., None, :] - centres) ** 2).sum(-1), -1) \
+            - math.log(2)
+
+    target = bdlkit.Target(log_prob, dim=2, dtype=F64)
+    left = {}
+    for method, lr in (("score_vi", 3e-3), ("advi", 1e-2)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = bdlkit.infer(target, method, family="flow", steps=1500, lr=lr,
+                                  num_samples=32, start="init", init_std=1.0, seed=0,
+                                  init=torch.tensor([0.5, 0.0], dtype=F64), flow_transforms=4)
+        draws = result.sample(20000, generator=torch.Generator().manual_seed(0))
+        left[method] = float((draws[:, 0] < 0).double().mean())
+    assert 0.2 < left["score_vi"] < 0.8  # both modes kept (measured 0.72)
+    assert left["advi"] < 0.02  # collapsed onto the right mode (measured 0.000)
