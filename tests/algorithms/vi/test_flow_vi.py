@@ -149,3 +149,27 @@ def test_on_two_modes_8_sd_apart_score_vi_keeps_both_and_advi_collapses():
         left[method] = float((draws[:, 0] < 0).double().mean())
     assert 0.2 < left["score_vi"] < 0.8  # both modes kept (measured 0.72)
     assert left["advi"] < 0.02  # collapsed onto the right mode (measured 0.000)
+
+
+def test_on_a_banana_score_vi_with_a_flow_beats_the_diagonal_family_in_kl():
+    """Banana: x₁ ~ N(0, 2²), x₂ − ¼(x₁² − 4) ~ N(0, 1), normalised, so KL(q‖π) is
+    E_q[log q − log π]. Same steps, draws and (Laplace) start; measured at 300 steps:
+    flow 0.22, diagonal 0.32 (0.08 for the flow at 1000 steps)."""
+    import math
+
+    def log_prob(x):
+        x1, x2 = x[..., 0], x[..., 1]
+        return (-0.5 * (x1 / 2.0) ** 2 - math.log(2.0) - 0.5 * (x2 - 0.25 * (x1**2 - 4)) ** 2
+                - math.log(2 * math.pi))
+
+    target = bdlkit.Target(log_prob, dim=2, dtype=F64)
+    kl = {}
+    for family in ("diag", "flow"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = bdlkit.infer(target, "score_vi", family=family, steps=300,
+                                  num_samples=16, seed=0)
+        q = result.algorithm.approximation(result.state)
+        draws = q.sample(20000, torch.Generator().manual_seed(0))
+        kl[family] = float((q.log_prob(draws) - log_prob(draws)).mean())
+    assert kl["flow"] < 0.8 * kl["diag"], kl
