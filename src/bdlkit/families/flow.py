@@ -63,6 +63,7 @@ class FlowFamily:
         bins: spline bins per coordinate (>= 2).
         hidden: width of the two hidden layers of each layer's hypernetwork (>= 1).
         dtype: the parameters' and draws' dtype.
+        device: where the parameters, draws and the flow's buffers live.
     """
 
     features: int
@@ -70,6 +71,7 @@ class FlowFamily:
     bins: int = 8
     hidden: int = 32
     dtype: torch.dtype = torch.float32
+    device: str | torch.device = "cpu"
     _ops: _FlowOps = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,12 +80,14 @@ class FlowFamily:
             if isinstance(value, bool) or int(value) != value or value < low:
                 raise ValueError(f"flow {name} must be an integer >= {low}, got {value!r}")
         passes = 2 if self.features > 1 else None  # one coordinate: nothing to couple
+        # zuko initialises the module from the CPU RNG; its values are never used (init()
+        # draws λ), so the RNG is forked and left as it was
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)  # the module's own values are never used: init() draws λ
             flow = _zuko().flows.NSF(features=int(self.features), transforms=self.transforms,
                                      bins=self.bins, hidden_features=(self.hidden,) * 2,
                                      passes=passes)
-        object.__setattr__(self, "_ops", _FlowOps(flow).to(self.dtype).requires_grad_(False))
+        ops = _FlowOps(flow).to(dtype=self.dtype, device=self.device).requires_grad_(False)
+        object.__setattr__(self, "_ops", ops)
 
     # ------------------------------------------------------------------ λ
     def init(self, point: Tensor, init_std: float, generator: torch.Generator) -> FlowParams:
@@ -91,7 +95,10 @@ class FlowFamily:
         ``generator`` (PyTorch's default uniform fan-in scheme)."""
         if not init_std > 0:
             raise ValueError(f"init_std must be > 0, got {init_std}")
-        point = torch.as_tensor(point, dtype=self.dtype).detach().reshape(-1)
+        if not isinstance(point, Tensor):
+            raise ValueError(f"a flow starts at a point (a tensor of {self.features} values), "
+                             f"got {type(point).__name__}: pass init= as a tensor")
+        point = point.detach().to(dtype=self.dtype, device=self.device).reshape(-1)
         if point.numel() != self.features:
             raise ValueError(f"the flow has {self.features} features but the point has "
                              f"{point.numel()} values")
@@ -102,7 +109,9 @@ class FlowFamily:
                 value = torch.zeros_like(p)  # f = identity at the start
             elif p.ndim == 2:
                 bound = 1.0 / math.sqrt(p.shape[1])
-                value = (torch.rand(p.shape, generator=generator, dtype=p.dtype) * 2 - 1) * bound
+                draw = torch.rand(p.shape, generator=generator, dtype=p.dtype,
+                                  device=generator.device)
+                value = (draw.to(p.device) * 2 - 1) * bound
             else:
                 value = torch.zeros_like(p)
             params[PREFIX + name] = value
@@ -165,7 +174,8 @@ class FlowApproximation:
         return self.family.score(self.params, theta)
 
     def _moments(self) -> tuple[Tensor, Tensor]:
-        draws = self.sample(MOMENT_DRAWS, torch.Generator().manual_seed(0))
+        device = self.params["loc"].device
+        draws = self.sample(MOMENT_DRAWS, torch.Generator(device=device).manual_seed(0))
         return draws.mean(0), draws.std(0)
 
     @property

@@ -24,7 +24,7 @@ def _gaussian():
 
 def test_advi_with_a_flow_recovers_a_correlated_gaussian_from_a_standard_normal():
     result = bdlkit.infer(_gaussian(), "advi", family="flow", steps=600, lr=2e-2,
-                          num_samples=16, start="init", init_std=1.0, seed=0)
+                          num_samples=16, start="init", init_std=1.0, seed=0, stl=True)
     draws = result.sample(40000, generator=torch.Generator().manual_seed(0))
     cov = torch.cov(draws.T)
     assert (draws.mean(0) - MEAN).abs().max() < 0.15  # measured 0.09
@@ -83,10 +83,28 @@ def test_a_laplace_start_maps_the_flow_exactly():
 
 def test_the_default_start_of_a_flow_on_a_target_is_laplace_and_its_result_is_in_theta():
     result = bdlkit.infer(_gaussian(), "advi", family="flow", steps=40, lr=1e-2,
-                          num_samples=8, seed=0)
+                          num_samples=8, seed=0, stl=True)
     assert result.config["start"] == "laplace"
     draws = result.sample(20000, generator=torch.Generator().manual_seed(0))
     assert (draws.mean(0) - MEAN).abs().max() < 0.1  # q₀ is the Laplace fit: near already
+    one = bdlkit.infer(_gaussian(), "advi", family="flow", steps=1, lr=1e-2, num_samples=8,
+                       seed=0, stl=True).sample(20000, generator=torch.Generator().manual_seed(0))
+    laplace_sd = torch.linalg.inv(COV).diag().rsqrt()  # the start's σ (0.74, 0.66) in θ
+    assert torch.allclose(one.std(0), laplace_sd, rtol=0.05)  # not the z run's unit σ
+    true_sd = COV.diag().sqrt()  # after 40 steps the flow is on its way to (1.0, 0.89)
+    assert ((draws.std(0) - true_sd).abs() < (laplace_sd - true_sd).abs()).all()
+
+
+def test_a_diagonal_run_records_no_flow_options():
+    """The checkpoint record of score_vi/advi with the diagonal family is what it was
+    before flows existed, so their checkpoints still resume."""
+    for module in (advi, score_vi):
+        record = module.build(_gaussian()).record()
+        assert not {"family", "flow_transforms", "flow_bins", "flow_hidden"} & set(record)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            flow = module.build(_gaussian(), family="flow").record()
+        assert flow["family"] == "flow" and flow["flow_bins"] == 8
 
 
 def test_bad_flow_options_fail_before_any_step(blr):
@@ -101,6 +119,11 @@ def test_bad_flow_options_fail_before_any_step(blr):
         advi.build(_gaussian(), family="maf")
     with pytest.warns(UserWarning, match="family='flow' is experimental"):
         score_vi.build(_gaussian(), family="flow")
+    with pytest.warns(UserWarning, match="loss, max_step cannot act with family='flow'"):
+        score_vi.build(_gaussian(), family="flow", loss="mc", max_step=3.0)
+    with pytest.raises(ValueError, match="a flow starts at a point"):
+        bdlkit.infer(_gaussian(), "advi", family="flow", steps=2, start="init",
+                     init=advi.build(_gaussian()).init(generator=torch.Generator()).lam)
 
 
 def test_score_vi_with_a_flow_learns_the_correlations_the_laplace_start_lacks():
@@ -123,12 +146,13 @@ def test_score_vi_with_a_flow_learns_the_correlations_the_laplace_start_lacks():
 
 
 @pytest.mark.slow
-def test_on_two_modes_8_sd_apart_score_vi_keeps_both_and_advi_collapses():
-    """Both start at N((0.5, 0), I), between the modes at (±4, 0), with the same flow.
-    Measured (1500 steps, S = 32, 4 couplings): score_vi puts 0.72 / 0.28 of its mass on
-    the left / right mode, advi 0.000 / 1.000: the ELBO's mode collapse, which the
-    score-matching objective avoids here; it is blind to the modes' relative weights,
-    hence the uneven split."""
+def test_on_two_modes_8_sd_apart_score_vi_keeps_both_and_advi_with_stl_collapses():
+    """All start at N((0.5, 0), I), between the modes at (±4, 0), with the same flow.
+    Measured (1500 steps, S = 32, 4 couplings), mass on the left mode: score_vi 0.72,
+    advi with the sticking-the-landing estimator 0.000 (collapsed onto the right mode),
+    advi with the full estimator 0.454. So the ELBO's collapse here is the STL
+    estimator's; score matching avoids it but is blind to the modes' relative weights,
+    hence its uneven split."""
     import math
 
     centres = torch.tensor([[-4.0, 0.0], [4.0, 0.0]], dtype=F64)
@@ -139,16 +163,19 @@ def test_on_two_modes_8_sd_apart_score_vi_keeps_both_and_advi_collapses():
 
     target = bdlkit.Target(log_prob, dim=2, dtype=F64)
     left = {}
-    for method, lr in (("score_vi", 3e-3), ("advi", 1e-2)):
+    for name, method, extra in (("score_vi", "score_vi", {"lr": 3e-3}),
+                                ("advi_stl", "advi", {"lr": 1e-2, "stl": True}),
+                                ("advi", "advi", {"lr": 1e-2})):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = bdlkit.infer(target, method, family="flow", steps=1500, lr=lr,
-                                  num_samples=32, start="init", init_std=1.0, seed=0,
-                                  init=torch.tensor([0.5, 0.0], dtype=F64), flow_transforms=4)
+            result = bdlkit.infer(target, method, family="flow", steps=1500, num_samples=32,
+                                  start="init", init_std=1.0, seed=0, flow_transforms=4,
+                                  init=torch.tensor([0.5, 0.0], dtype=F64), **extra)
         draws = result.sample(20000, generator=torch.Generator().manual_seed(0))
-        left[method] = float((draws[:, 0] < 0).double().mean())
+        left[name] = float((draws[:, 0] < 0).double().mean())
     assert 0.2 < left["score_vi"] < 0.8  # both modes kept (measured 0.72)
-    assert left["advi"] < 0.02  # collapsed onto the right mode (measured 0.000)
+    assert left["advi_stl"] < 0.02  # collapsed onto the right mode (measured 0.000)
+    assert 0.2 < left["advi"] < 0.8  # the full estimator keeps both (measured 0.454)
 
 
 def test_on_a_banana_score_vi_with_a_flow_beats_the_diagonal_family_in_kl():

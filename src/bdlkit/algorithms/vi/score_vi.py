@@ -189,6 +189,13 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
                              "Gaussian argmin): drop solver='closed_form'")
         self.setup_family(self.problem)
         if self.family == "flow" and not quiet:
+            inert = [n for n, v, d in (("loss", self.loss, "rb"), ("antithetic", opts["antithetic"],
+                                       False), ("max_step", self.max_step, float("inf")),
+                                       ("precondition", self.precondition, "sigma2"))
+                     if v != d]
+            if inert:
+                warnings.warn(f"score_vi: {', '.join(inert)} cannot act with family='flow' "
+                              "(they shape the Gaussian solvers); drop them", stacklevel=4)
             warnings.warn("score_vi: family='flow' is experimental: from the default Laplace "
                           "start it fits a correlated Gaussian, but from a start far from "
                           "the posterior it drifts or diverges (measured in flow_vi's "
