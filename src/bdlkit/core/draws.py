@@ -21,16 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bdlkit.core.tree import TensorTree, index, tree_map
-
-
-def leading(draws: TensorTree) -> int:
-    """The number of draws stacked along dim 0 of ``draws``."""
-    return next(iter(draws.values())).shape[0] if isinstance(draws, dict) else draws.shape[0]
+from bdlkit.core.tree import TensorTree, index, num_draws, tree_map
 
 
 def _singles(draws: TensorTree) -> Iterator[TensorTree]:
-    return (index(draws, s) for s in range(leading(draws)))
+    return (index(draws, s) for s in range(num_draws(draws)))
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,7 @@ class KeptDraws:
         if self.kept is None:
             return 0
         if isinstance(self.kept, dict):
-            return leading(self.kept)
+            return num_draws(self.kept)
         return self.kept.shape[0] * (self.kept.shape[1] if self.kept.ndim == 3 else 1)
 
     def take(self, n: int, generator: torch.Generator | None = None) -> TensorTree:
@@ -124,7 +119,7 @@ class MemberDraws:
 
     @property
     def count(self) -> int:
-        return leading(self.members)
+        return num_draws(self.members)
 
     def take(self, n: int, generator: torch.Generator | None = None) -> TensorTree:
         if n > self.count:

@@ -94,6 +94,11 @@ def stack(trees: list[TensorTree]) -> TensorTree:
     return tree_map(lambda *ts: torch.stack(ts), trees[0], *trees[1:])
 
 
+def num_draws(stacked: TensorTree) -> int:
+    """The leading (draw) dimension of a stacked tree."""
+    return tree_leaves(stacked)[0].shape[0]
+
+
 def index(tree: TensorTree, i: int | slice | Tensor) -> TensorTree:
     """Index every leaf along its leading axis."""
     return tree_map(lambda t: t[i], tree)

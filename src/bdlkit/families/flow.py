@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -173,7 +174,9 @@ class FlowApproximation:
     def score(self, theta: Tensor) -> Tensor:
         return self.family.score(self.params, theta)
 
+    @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:
+        """Mean and std from one set of draws, made once per approximation."""
         device = self.params["loc"].device
         draws = self.sample(MOMENT_DRAWS, torch.Generator(device=device).manual_seed(0))
         return draws.mean(0), draws.std(0)
@@ -181,9 +184,9 @@ class FlowApproximation:
     @property
     def mean(self) -> Tensor:
         """E_q[θ], by Monte Carlo over 4096 draws of a fixed seed."""
-        return self._moments()[0]
+        return self._moments[0]
 
     @property
     def std(self) -> Tensor:
         """The marginal standard deviations, by the same Monte Carlo."""
-        return self._moments()[1]
+        return self._moments[1]

@@ -31,6 +31,7 @@ from bdlkit.core.tree import (
     TensorTree,
     detach_clone,
     device_of,
+    num_draws,
     pytree_dataclass,
     stack,
     tree_leaves,
@@ -138,11 +139,6 @@ def draw_eps(lam: DiagGaussianParams, n: int, generator: torch.Generator) -> Ten
 def reparam(lam: DiagGaussianParams, eps: TensorTree) -> TensorTree:
     """``θ = μ + σ ε`` (``eps`` with or without a leading draw dimension)."""
     return tree_map(lambda m, r, e: m + r.exp() * e, lam.mu, lam.rho, eps)
-
-
-def num_draws(stacked: TensorTree) -> int:
-    """The leading (draw) dimension of a stacked tree."""
-    return tree_leaves(stacked)[0].shape[0]
 
 
 def minibatch_scores(
