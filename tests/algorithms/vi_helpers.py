@@ -69,3 +69,29 @@ def assert_recovers_full_gaussian(alg, state, info, mean, cov, tol=1e-6):
     assert q.sample(7, torch.Generator().manual_seed(0)).shape == (7, len(mean))
     assert state.lam.mean.dtype == F64
     assert set(info) == {"log_prob", "accepted", "rejected"}
+
+
+def crash_then_resume(module, make_runner, tmp_path, monkeypatch, at: int = 17):
+    """Run ``make_runner(dir)`` uninterrupted, then crash one of ``module.ALGORITHM``'s runs
+    at step ``at`` and resume it; assert the two final states are bit-identical; return
+    both results."""
+    full = make_runner(tmp_path / "full").fit()
+    inner = module.ALGORITHM.step
+
+    def crash(self, state, batch):
+        if state.step == at:
+            raise RuntimeError("simulated crash")
+        return inner(self, state, batch)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module.ALGORITHM, "step", crash)
+        try:
+            make_runner(tmp_path / "cut").fit()
+        except RuntimeError as err:
+            assert "simulated crash" in str(err)
+        else:
+            raise AssertionError("the run did not reach the simulated crash")
+    resumed = make_runner(tmp_path / "cut").fit(resume=True)
+    a, b = state_to_tensors(full.state), state_to_tensors(resumed.state)
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    return full, resumed

@@ -1,10 +1,7 @@
 """Runner: logs, evaluation, checkpoints and bit-exact resume after a crash, Ctrl-C or NaN."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,6 +12,7 @@ from bdlkit.core.serialization import state_to_tensors
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bdlkit.engine.collect import DiskStore, MemoryStore
 from bdlkit.engine.runner import Interrupted, NonFiniteError, Runner
+from cli_helpers import run_cli
 
 STEPS = 120
 
@@ -194,28 +192,12 @@ def test_bad_arguments(blr):
         Runner(algorithm, data).fit(5, resume=True)
 
 
-KILLER = """
-import os, signal, sys
-from bdlkit.algorithms import sgld
-inner = sgld.SGLD.step
-def step(self, state, batch):
-    if state.step == int(os.environ["KILL_AT"]):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return inner(self, state, batch)
-sgld.SGLD.step = step
-from bdlkit.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 ACCEPTANCE = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "500",
               "--seed", "0", "--no-progress", "--out"]
 
 
 def _cli(*argv, kill_at=None):
-    env = {**os.environ, "KILL_AT": str(kill_at or -1)}
-    return subprocess.run([sys.executable, "-c", KILLER, *argv], env=env, check=False,
-                          capture_output=True, text=True, timeout=300)
+    return run_cli(*argv, method=("bdlkit.algorithms.sgmcmc.sgld", "SGLD"), kill_at=kill_at)
 
 
 @pytest.fixture(scope="module")

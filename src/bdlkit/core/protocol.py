@@ -23,12 +23,14 @@ import torch
 from torch import Tensor
 
 from bdlkit.core.draws import ApproximationDraws, KeptDraws, MemberDraws, PointDraws
-from bdlkit.core.tree import TensorTree
+from bdlkit.core.tree import TensorTree, all_finite
 
 Batch = Any  # a tuple (x, y) of tensors for models, None for targets
 Info = dict[str, Any]  # what step returns beside the state: LOG_PROB and scalars to log
 LOG_PROB = "log_prob"  # the one key every Info has: the step's (minibatch) log density,
 # or None for a step that evaluated none it could report (e.g. a rejected update)
+NONFINITE = "nonfinite"  # optional: what became NaN when a step sets LOG_PROB to NaN for a
+# reason of its own (e.g. a flow's loss); the runner's message names it
 
 
 @runtime_checkable
@@ -88,6 +90,8 @@ class Algorithm(Protocol):
     chooses_draws: bool  # keep(t) decides which draws are kept (no default burn-in/thin)
     collects_draws: bool  # its draws are the chain's states, kept in a sample store
     step_size_param: str  # the option named by the runner's NaN message
+    is_finite: Any  # (state) -> bool: the runner's NaN check at checkpoints
+    label: str  # how messages name it: the name, and a VI method's family
     VERSION: int | str  # of the update rule; a checkpoint of another version is refused
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> State: ...
@@ -153,6 +157,16 @@ class AlgorithmBase:
     @property
     def warmup_steps(self) -> int:
         return 0
+
+    def is_finite(self, state: Any) -> bool:
+        """Whether the state is free of NaN and inf (the runner checks it at checkpoints and
+        at the end); by default, the point ``params(state)``."""
+        return all_finite(self.params(state))  # type: ignore[attr-defined]
+
+    @property
+    def label(self) -> str:
+        """How messages name the method (its name; a VI method adds its family)."""
+        return self.name  # type: ignore[attr-defined]
 
     def for_run(self, total_steps: int) -> Any:
         return self

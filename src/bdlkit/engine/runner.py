@@ -32,9 +32,9 @@ from tqdm.auto import tqdm
 
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
-from bdlkit.core.protocol import LOG_PROB, Algorithm, AlgorithmBase, Variational
+from bdlkit.core.protocol import LOG_PROB, NONFINITE, Algorithm, AlgorithmBase, Variational
 from bdlkit.core.serialization import CorruptFileError, state_from_tensors, state_to_tensors
-from bdlkit.core.tree import TensorTree, all_finite
+from bdlkit.core.tree import TensorTree
 from bdlkit.engine import vi_checks
 from bdlkit.engine.batches import Batches
 from bdlkit.engine.checkpoint import (
@@ -263,7 +263,8 @@ class Runner:
                     raise TypeError(f"{method}.step returned an info without {LOG_PROB!r}, the "
                                     "step's log density the runner checks for NaN; add it "
                                     "(bdlkit.core.protocol.Algorithm)")
-                self._check_finite(info[LOG_PROB], t + 1)
+                self._check_finite(info[LOG_PROB], t + 1,
+                                   info.get(NONFINITE, "the log density"))
                 state, t = new_state, t + 1
                 snapshot = state if t == watch else snapshot
                 if sampler and self.algorithm.keep(t):
@@ -287,7 +288,7 @@ class Runner:
                     bar.close()
                     raise Interrupted(t, self.last_checkpoint, interrupted())
         bar.close()
-        if not all_finite(self.algorithm.params(state)):
+        if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", total))
         run_config = {
             "method": method, "kind": self.algorithm.kind, "seed": self.seed, "steps": total,
@@ -391,9 +392,9 @@ class Runner:
         entry["time_s"] = round(elapsed, 3)
         return entry
 
-    def _check_finite(self, value: Tensor | None, t: int) -> None:
+    def _check_finite(self, value: Tensor | None, t: int, what: str) -> None:
         if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
-            raise NonFiniteError(self._nan_message("the log density", t))
+            raise NonFiniteError(self._nan_message(what, t))
 
     def _nan_message(self, what: str, t: int) -> str:
         knob, lr = vi_checks.step_size(self.algorithm)  # the option the algorithm declares
@@ -401,13 +402,13 @@ class Runner:
         kept = (f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
                 else "")
         return (
-            f"{self.algorithm.name}: {what} became NaN or infinite at step {t}{kept}. The step "
+            f"{self.algorithm.label}: {what} became NaN or infinite at step {t}{kept}. The step "
             f"size is probably too large: lower {knob}{hint}, e.g. by 10x; or check the data for "
             "extreme values and the prior scale"
         )
 
     def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
-        if not all_finite(self.algorithm.params(state)):
+        if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", t))
         store_meta, store_tensors = (
             self.store.state_dict() if self.store is not None else ({}, {})

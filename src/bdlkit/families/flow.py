@@ -4,6 +4,11 @@
     log q(θ) = log p_f(x) − Σ_i log_scale_i,   x = (θ − loc) / exp(log_scale)
     score:     ∇_θ log q(θ), by autograd through the flow only
 
+With ``flowed = m < d`` the spline flow f acts on the first m coordinates only and the
+other d − m are the identity: q is a flow on θ[:m] times a diagonal Gaussian on θ[m:]
+(a flow on a network's last layer, a diagonal Gaussian on the rest; the network's
+parameters are put in that order by :class:`bdlkit.families.layout.Layout`).
+
 f is zuko's neural spline flow (``zuko.flows.NSF``, Durkan et al. 2019) with coupling
 masks (``passes=2``), so sampling and density are both one pass. Every hypernetwork's
 output layer starts at zero, which makes f the identity: q₀ is exactly N(loc,
@@ -28,9 +33,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bdlkit.families.layout import Layout
+
 FlowParams = dict[str, Tensor]
 PREFIX = "flow."
 MOMENT_DRAWS = 4096  # draws behind FlowApproximation.mean/std (fixed seed)
+MOMENT_CHUNK = 256  # drawn at a time
 
 
 class _FlowOps(nn.Module):
@@ -46,7 +54,8 @@ class _FlowOps(nn.Module):
         return dist.log_prob(tensor) if op == "log_prob" else dist.transform.inv(tensor)
 
 
-def _zuko() -> Any:
+def zuko_module() -> Any:
+    """zuko, or an ImportError naming the extra that installs it."""
     try:
         import zuko
     except ImportError as err:  # pragma: no cover - zuko is in the dev lock
@@ -65,6 +74,8 @@ class FlowFamily:
         hidden: width of the two hidden layers of each layer's hypernetwork (>= 1).
         dtype: the parameters' and draws' dtype.
         device: where the parameters, draws and the flow's buffers live.
+        flowed: the leading coordinates the spline flow acts on (default: all); the rest
+            are a diagonal Gaussian.
     """
 
     features: int
@@ -73,6 +84,7 @@ class FlowFamily:
     hidden: int = 32
     dtype: torch.dtype = torch.float32
     device: str | torch.device = "cpu"
+    flowed: int | None = None
     _ops: _FlowOps = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -80,11 +92,16 @@ class FlowFamily:
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < low:
                 raise ValueError(f"flow {name} must be an integer >= {low}, got {value!r}")
-        passes = 2 if self.features > 1 else None  # one coordinate: nothing to couple
+        if self.flowed is None:
+            object.__setattr__(self, "flowed", int(self.features))
+        if not 1 <= self.flowed <= self.features:
+            raise ValueError(f"the flow acts on 1 to {self.features} coordinates, got "
+                             f"flowed={self.flowed}")
+        passes = 2 if self.flowed > 1 else None  # one coordinate: nothing to couple
         # zuko initialises the module from the CPU RNG; its values are never used (init()
         # draws λ), so the RNG is forked and left as it was
         with torch.random.fork_rng(devices=[]):
-            flow = _zuko().flows.NSF(features=int(self.features), transforms=self.transforms,
+            flow = zuko_module().flows.NSF(features=int(self.flowed), transforms=self.transforms,
                                      bins=self.bins, hidden_features=(self.hidden,) * 2,
                                      passes=passes)
         ops = _FlowOps(flow).to(dtype=self.dtype, device=self.device).requires_grad_(False)
@@ -128,23 +145,55 @@ class FlowFamily:
         loc = params["loc"]
         z = torch.randn((n, self.features), generator=generator, dtype=loc.dtype,
                         device=loc.device)
-        return loc + params["log_scale"].exp() * self._call(params, "inverse", z)
+        m = self.flowed
+        x = self._call(params, "inverse", z[:, :m])
+        if m < self.features:
+            x = torch.cat([x, z[:, m:]], dim=-1)
+        return loc + params["log_scale"].exp() * x
 
     def log_prob(self, params: FlowParams, theta: Tensor) -> Tensor:
         """log q_λ(θ) for θ of shape ``(..., d)``."""
         x = (theta - params["loc"]) / params["log_scale"].exp()
-        shape = x.shape[:-1]
-        flat = self._call(params, "log_prob", x.reshape(-1, self.features))
-        return flat.reshape(shape) - params["log_scale"].sum()
+        shape, m = x.shape[:-1], self.flowed
+        value = self._call(params, "log_prob", x[..., :m].reshape(-1, m)).reshape(shape)
+        if m < self.features:  # the diagonal Gaussian coordinates: N(0, 1) after the affine
+            rest = x[..., m:]
+            value = value - 0.5 * (rest**2).sum(-1) - 0.5 * rest.shape[-1] * math.log(2 * math.pi)
+        return value - params["log_scale"].sum()
 
     def score(self, params: FlowParams, theta: Tensor, create_graph: bool = False) -> Tensor:
         """∇_θ log q_λ(θ), by autograd through the flow only (the problem is not called);
         ``create_graph=True`` keeps it differentiable in λ (score-based VI)."""
-        theta = theta.detach().requires_grad_(True)
-        with torch.enable_grad():
-            value = self.log_prob(params, theta).sum()
-            (grad,) = torch.autograd.grad(value, theta, create_graph=create_graph)
-        return grad
+        return score_of(self.log_prob, params, theta, create_graph)
+
+    def moments(self, params: FlowParams) -> tuple[Tensor, Tensor]:
+        """Mean and std of q: exact on the diagonal Gaussian coordinates (loc and e^ℓ), by
+        Monte Carlo (4096 draws of a fixed seed, in chunks) on the flowed ones."""
+        m, loc, scale = self.flowed, params["loc"], params["log_scale"].exp()
+        gen = torch.Generator(device=loc.device).manual_seed(0)
+        total = torch.zeros(m, dtype=torch.float64, device=loc.device)
+        squares = torch.zeros_like(total)
+        with torch.no_grad():
+            for _ in range(MOMENT_DRAWS // MOMENT_CHUNK):
+                z = torch.randn((MOMENT_CHUNK, m), generator=gen, dtype=loc.dtype,
+                                device=loc.device)
+                x = self._call(params, "inverse", z).double()
+                total += x.sum(0)
+                squares += (x**2).sum(0)
+        mean = total / MOMENT_DRAWS
+        var = ((squares - MOMENT_DRAWS * mean**2) / (MOMENT_DRAWS - 1)).clamp_min(0)
+        flowed_mean = loc[:m] + scale[:m] * mean.to(loc.dtype)
+        flowed_std = scale[:m] * var.sqrt().to(loc.dtype)
+        return torch.cat([flowed_mean, loc[m:]]), torch.cat([flowed_std, scale[m:]])
+
+
+def score_of(log_prob: Any, params: FlowParams, theta: Tensor, create_graph: bool) -> Tensor:
+    """∇_θ log_prob(params, θ) by autograd; ``create_graph`` keeps it differentiable in λ."""
+    theta = theta.detach().requires_grad_(True)
+    with torch.enable_grad():
+        value = log_prob(params, theta).sum()
+        (grad,) = torch.autograd.grad(value, theta, create_graph=create_graph)
+    return grad
 
 
 def _is_output_layer(flow: nn.Module, name: str) -> bool:
@@ -158,35 +207,43 @@ def _is_output_layer(flow: nn.Module, name: str) -> bool:
 
 @dataclass(frozen=True)
 class FlowApproximation:
-    """A fitted flow q as an object (:class:`bdlkit.core.protocol.Approximation`)."""
+    """A fitted flow q as an object (:class:`bdlkit.core.protocol.Approximation`); with a
+    ``layout`` its draws, score, mean and std are a network's named tensors. ``family`` is
+    a :class:`FlowFamily` or a :class:`~bdlkit.families.spline.SplineFamily`."""
 
-    family: FlowFamily
+    family: Any
     params: FlowParams
+    layout: Layout | None = None
 
-    def sample(self, n: int, generator: torch.Generator) -> Tensor:
+    def _out(self, vector: Tensor) -> Any:
+        return vector if self.layout is None else self.layout.unflatten(vector)
+
+    def sample(self, n: int, generator: torch.Generator) -> Any:
         with torch.no_grad():
-            return self.family.sample(self.params, n, generator)
+            return self._out(self.family.sample(self.params, n, generator))
 
-    def log_prob(self, theta: Tensor) -> Tensor:
+    def _vector(self, theta: Any) -> Tensor:
+        return theta if self.layout is None else self.layout.flatten(theta)
+
+    def log_prob(self, theta: Any) -> Tensor:
+        """log q(θ) of stacked draws (a network's: named tensors with a leading draw axis)."""
         with torch.no_grad():
-            return self.family.log_prob(self.params, theta)
+            return self.family.log_prob(self.params, self._vector(theta))
 
-    def score(self, theta: Tensor) -> Tensor:
-        return self.family.score(self.params, theta)
+    def score(self, theta: Any) -> Any:
+        return self._out(self.family.score(self.params, self._vector(theta)))
 
     @cached_property
     def _moments(self) -> tuple[Tensor, Tensor]:
-        """Mean and std from one set of draws, made once per approximation."""
-        device = self.params["loc"].device
-        draws = self.sample(MOMENT_DRAWS, torch.Generator(device=device).manual_seed(0))
-        return draws.mean(0), draws.std(0)
+        """Mean and std, made once per approximation (:meth:`FlowFamily.moments`)."""
+        return self.family.moments(self.params)
 
     @property
-    def mean(self) -> Tensor:
-        """E_q[θ], by Monte Carlo over 4096 draws of a fixed seed."""
-        return self._moments[0]
+    def mean(self) -> Any:
+        """E_q[θ]: Monte Carlo over 4096 draws of a fixed seed on the flowed coordinates."""
+        return self._out(self._moments[0])
 
     @property
-    def std(self) -> Tensor:
+    def std(self) -> Any:
         """The marginal standard deviations, by the same Monte Carlo."""
-        return self._moments[1]
+        return self._out(self._moments[1])

@@ -1,14 +1,14 @@
-"""score_vi and advi with family="flow" on Targets: advi recovers a correlated Gaussian,
+"""score_vi and advi with family="flow" on Targets (networks: test_flow_network.py): advi recovers a correlated Gaussian,
 both resume bit-exactly, the Laplace start maps a flow exactly, bad options fail early."""
 
 import warnings
 
 import pytest
 import torch
+from vi_helpers import crash_then_resume
 
 import bdlkit
 from bdlkit.algorithms.vi import advi, laplace, score_vi
-from bdlkit.core.serialization import state_to_tensors
 from bdlkit.families.flow import FlowFamily
 
 F64 = torch.float64
@@ -45,21 +45,7 @@ def test_a_flow_run_resumes_bit_exactly_after_a_crash(method, tmp_path, monkeypa
         return bdlkit.Runner(alg, steps=30, seed=1, run_dir=run_dir, checkpoint_every=10,
                              init=torch.zeros(2, dtype=F64))
 
-    full = runner(tmp_path / "full").fit()
-    inner = module.ALGORITHM.step
-
-    def crash(self, state, batch):
-        if state.step == 17:
-            raise RuntimeError("simulated crash")
-        return inner(self, state, batch)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(module.ALGORITHM, "step", crash)
-        with pytest.raises(RuntimeError, match="simulated crash"):
-            runner(tmp_path / "cut").fit()
-    resumed = runner(tmp_path / "cut").fit(resume=True)
-    a, b = state_to_tensors(full.state), state_to_tensors(resumed.state)
-    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    full, resumed = crash_then_resume(module, runner, tmp_path, monkeypatch)
     assert [e["log_prob"] for e in full.history] == [e["log_prob"] for e in resumed.history]
 
 
@@ -105,12 +91,10 @@ def test_a_diagonal_run_records_no_flow_options():
             warnings.simplefilter("ignore")
             flow = module.build(_gaussian(), family="flow").record()
         assert flow["family"] == "flow" and flow["flow_bins"] == 8
+        assert "flow_on" not in flow  # it selects network tensors: inert on a Target
 
 
-def test_bad_flow_options_fail_before_any_step(blr):
-    model = blr[0]
-    with pytest.raises(ValueError, match="family='flow' works on Targets so far"):
-        advi.build(model, family="flow")
+def test_bad_flow_options_fail_before_any_step():
     with pytest.raises(ValueError, match="family='flow' uses the gradient solver"):
         score_vi.build(_gaussian(), family="flow", solver="closed_form")
     with pytest.raises(ValueError, match="flow bins must be an integer >= 2"):

@@ -137,9 +137,9 @@ class ADVI(FlowOptions, vi.DiagGaussianVI):
 
     def step(self, state: ADVIState, batch: Batch) -> tuple[ADVIState, Info]:
         if self._flow is not None:  # flow_vi's module docstring
-            return flow_vi.elbo_step(self._flow, self._opt, resolve(self.lr, state.step),
-                                     self.problem, state, batch, num_samples=self.num_samples,
-                                     stl=self.stl)
+            return flow_vi.elbo_step(self._flow, self._layout, self._opt,
+                                     resolve(self.lr, state.step), self.problem, state, batch,
+                                     num_samples=self.num_samples, stl=self.stl)
         gen = rng.from_state(state.rng_state, device=device_of(state.lam.mu))
         eps = vi.draw_eps(state.lam, self.num_samples, gen)
         grad, value = self.elbo_grad(state.lam, eps, batch)

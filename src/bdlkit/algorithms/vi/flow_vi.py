@@ -1,4 +1,15 @@
-"""score_vi and advi with a normalizing-flow family (``family="flow"``), on Targets.
+"""score_vi and advi with a normalizing-flow family (``family="flow"`` or ``"spline"``;
+derivations and measurements: ``docs/flows.md``).
+
+``family="spline"`` (:mod:`bdlkit.families.spline`) is a monotone spline per tensor on top
+of the diagonal Gaussian, on every random parameter: O(d), for whole networks.
+``family="flow"``: on a Target the flow is on all of θ. On a network (a BayesianModel) it is on the tensors
+``flow_on`` selects (default the last layer), with a diagonal Gaussian on the other
+Bayesian parameters: the parameters are laid out as one vector, the selected tensors
+first (:class:`bdlkit.families.layout.Layout`), and the family is the flow on that
+leading block times the Gaussian on the rest (``FlowFamily(flowed=m)``). The network
+itself is only ever called on draws, one forward and backward per draw, as for the
+diagonal family; the flow's graph never reaches it.
 
 Both take S draws θ_k and their minibatch scores ŝ_k = ∇log π̂(θ_k) per step and move the
 flow parameters λ (:mod:`bdlkit.families.flow`) with the method's optimiser:
@@ -42,6 +53,7 @@ Gaussian, so α only acts with K > 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -50,12 +62,22 @@ from torch import Tensor
 
 from bdlkit.algorithms.vi.common import minibatch_scores
 from bdlkit.core import rng
-from bdlkit.core.protocol import Batch, Info, Problem
-from bdlkit.core.tree import pytree_dataclass, tree_map
+from bdlkit.core.protocol import LOG_PROB, NONFINITE, Batch, Info, Problem
+from bdlkit.core.tree import all_finite, pytree_dataclass, tree_map
+from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.flow import FlowApproximation, FlowFamily, FlowParams
-from bdlkit.problems import Target
+from bdlkit.families.layout import Layout
+from bdlkit.families.spline import SplineFamily
+from bdlkit.problems import BayesianModel, Target
+from bdlkit.problems.select import select_parameters
 
-FAMILIES = ("diag", "flow")
+#: (block λ, block anchor, block draws, block scores, α) -> the block's λ-gradients
+GaussianGradients = Callable[[DiagGaussianParams, DiagGaussianParams, Tensor, Tensor, float],
+                             DiagGaussianParams]
+FAMILIES = ("diag", "flow", "spline")
+FLOW_OPTIONS = ("flow_transforms", "flow_bins", "flow_hidden", "flow_on")
+INERT = {"diag": FLOW_OPTIONS, "flow": (), "spline": ("flow_transforms", "flow_hidden", "flow_on")}
+MAX_FLOWED = 100_000  # coordinates a coupling flow may act on (its networks grow with it)
 SCORE_LR = 3e-3  # score_vi's default lr with a flow: 1e-2 is unstable (module docstring)
 
 
@@ -64,50 +86,81 @@ class FlowOptions:
     """The variational family's options, shared by score_vi and advi (keyword-only).
 
     Args:
-        family: "diag" (the diagonal Gaussian) or "flow" (a neural spline flow on a
-            Target's θ, started at the diagonal Gaussian q₀; its loss is scaled by 1/d,
-            the Gaussian's by 1/N, so the two families' lr differ in meaning).
+        family: "diag" (the diagonal Gaussian), "flow" (a neural spline flow on a Target's
+            θ or a network's flow_on tensors, a diagonal Gaussian on the rest) or "spline"
+            (a monotone spline per tensor on top of the diagonal Gaussian: O(d), for
+            whole networks). Both start at the diagonal Gaussian q₀; their loss is
+            scaled by 1/d, the Gaussian's by 1/N, so the lr differ in meaning.
         flow_transforms: spline coupling layers of the flow (>= 1).
-        flow_bins: spline bins per coordinate (>= 2).
+        flow_bins: spline bins per coordinate (>= 2; the spline family's too).
         flow_hidden: width of the two hidden layers of each coupling's network (>= 1).
+        flow_on: on a network, the tensors the flow acts on: "last_layer", "all" or names
+            and fnmatch patterns, comma-separated ("fc2.*,out.bias"); the other Bayesian
+            tensors get a diagonal Gaussian. A Target's flow is on all of θ.
     """
 
-    family: Literal["diag", "flow"] = field(default="diag", kw_only=True)
+    family: Literal["diag", "flow", "spline"] = field(default="diag", kw_only=True)
     flow_transforms: int = field(default=3, kw_only=True)
     flow_bins: int = field(default=8, kw_only=True)
     flow_hidden: int = field(default=32, kw_only=True)
-    _flow: FlowFamily | None = field(default=None, init=False, repr=False, compare=False)
+    flow_on: str | tuple[str, ...] = field(default="last_layer", kw_only=True)
+    _flow: FlowFamily | SplineFamily | None = field(default=None, init=False, repr=False,
+                                                    compare=False)
+    _layout: Layout | None = field(default=None, init=False, repr=False, compare=False)
 
     def setup_family(self, problem: Problem) -> None:
         """Check the family options and build the flow (``__post_init__`` calls this)."""
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        object.__setattr__(self, "flow_on", selection(self.flow_on))
+        if self.family == "spline" and self.flow_on != "last_layer":
+            raise ValueError("family='spline' acts on every Bayesian tensor; flow_on is "
+                             "family='flow''s: drop it (or restrict the model's bayesian=)")
         if self.family == "flow":
-            flow = family_for(problem, self.flow_transforms, self.flow_bins, self.flow_hidden)
-            object.__setattr__(self, "_flow", flow)
+            flow, layout = family_for(problem, self.flow_transforms, self.flow_bins,
+                                      self.flow_hidden, self.flow_on)
+        elif self.family == "spline":
+            flow, layout = spline_for(problem, self.flow_bins)
+        else:
+            return
+        object.__setattr__(self, "_flow", flow)
+        object.__setattr__(self, "_layout", layout)
+
+    @property
+    def label(self) -> str:
+        """The method and, with a flow, its family (named in the runner's NaN message)."""
+        name = self.name  # type: ignore[attr-defined]
+        return name if self.family == "diag" else f"{name} (family={self.family!r})"
 
     def record(self) -> dict[str, Any]:
-        """The checkpoint record; a diagonal-Gaussian run's leaves the flow options out,
-        so it is the record of the methods before flows existed."""
+        """The checkpoint record without the options that cannot act: a diagonal-Gaussian
+        run's has no flow options (it is the record of the methods before flows
+        existed), a Target's no ``flow_on`` (it selects network tensors)."""
         record = super().record()  # type: ignore[misc]
-        if self.family == "diag":
-            for name in ("family", "flow_transforms", "flow_bins", "flow_hidden"):
-                record.pop(name)
+        inert = INERT[self.family] + (("flow_on",) if self._layout is None else ())
+        for name in set(inert) | ({"family"} if self.family == "diag" else set()):
+            record.pop(name, None)
         return record
 
-    def flow_init(self, params: Tensor | None, generator: torch.Generator) -> FlowVIState:
-        return init(self._flow, self._opt, params, self.problem,  # type: ignore[attr-defined]
-                    self.init_std, generator)  # type: ignore[attr-defined]
+    def flow_init(self, params: Any, generator: torch.Generator) -> FlowVIState:
+        return init(self._flow, self._layout, self._opt, params,  # type: ignore[attr-defined]
+                    self.problem, self.init_std, generator)  # type: ignore[attr-defined]
+
+    def is_finite(self, state: Any) -> bool:
+        """λ is finite (a flow's mean would take thousands of draws to check)."""
+        if self._flow is not None:
+            return all_finite(state.lam)
+        return super().is_finite(state)  # type: ignore[misc]
 
     def params(self, state: Any) -> Any:
         """The variational mean (for a flow, by Monte Carlo)."""
         if self._flow is not None:
-            return approximation(self._flow, state).mean
+            return self.approximation(state).mean
         return super().params(state)  # type: ignore[misc]
 
     def approximation(self, state: Any) -> Any:
         if self._flow is not None:
-            return approximation(self._flow, state)
+            return FlowApproximation(self._flow, state.lam, self._layout)
         return super().approximation(state)  # type: ignore[misc]
 
 
@@ -125,60 +178,169 @@ class FlowVIState:
     step: int
 
 
-def family_for(problem: Problem, transforms: int, bins: int, hidden: int) -> FlowFamily:
-    """The flow family on ``problem``'s parameters; refuses what it cannot do yet."""
-    if not isinstance(problem, Target):
-        raise ValueError("family='flow' works on Targets so far; for a network use "
-                         "family='diag' (flows on a network's last layer are not built yet)")
-    return FlowFamily(problem.dim, transforms=transforms, bins=bins, hidden=hidden,
-                      dtype=problem.dtype)
+def selection(flow_on: Any) -> str | tuple[str, ...]:
+    """``flow_on`` as ``"all"``, ``"last_layer"`` or a tuple of names/patterns (a
+    comma-separated string, as the command line gives it, or a list)."""
+    if isinstance(flow_on, str) and flow_on in ("all", "last_layer"):
+        return flow_on
+    names = flow_on.split(",") if isinstance(flow_on, str) else flow_on
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"flow_on must be 'all', 'last_layer' or parameter names/patterns "
+                         f"(comma-separated), got {flow_on!r}")
+    names = tuple(n.strip() for n in names if n.strip())
+    if not names:
+        raise ValueError("flow_on names no parameter: give 'last_layer', 'all' or names")
+    return names
 
 
-def init(family: FlowFamily, opt: Any, params: Tensor | None, problem: Problem,
-         init_std: float, generator: torch.Generator) -> FlowVIState:
+def family_for(problem: Problem, transforms: int, bins: int, hidden: int,
+               flow_on: str | tuple[str, ...]) -> tuple[FlowFamily, Layout | None]:
+    """The flow family on ``problem``'s parameters and, for a network, their layout."""
+    if isinstance(problem, Target):
+        return FlowFamily(problem.dim, transforms=transforms, bins=bins, hidden=hidden,
+                          dtype=problem.dtype), None
+    if not isinstance(problem, BayesianModel):
+        raise ValueError(f"family='flow' needs a Target or a BayesianModel, got "
+                         f"{type(problem).__name__}")
+    point = problem.init_params()
+    chosen = select_parameters(problem.module, list(flow_on) if isinstance(flow_on, tuple)
+                               else flow_on)
+    outside = [n for n in chosen if n not in point]
+    if outside:
+        raise ValueError(f"flow_on={flow_on!r} selects {outside[:3]}, which bayesian= leaves "
+                         "deterministic: choose Bayesian tensors or widen bayesian=")
+    layout = Layout.of(point, first=chosen)
+    flowed = layout.size_of(chosen)
+    if flowed == 0:
+        raise ValueError(f"flow_on={flow_on!r} selects tensors with no values: a flow needs "
+                         "at least one coordinate")
+    if flowed > MAX_FLOWED:
+        raise ValueError(f"flow_on={flow_on!r} selects {flowed} values; a coupling flow on more "
+                         f"than {MAX_FLOWED} costs too much: flow a smaller part "
+                         "(flow_on='last_layer' or names)")
+    first = point[chosen[0]]
+    return FlowFamily(layout.features, transforms=transforms, bins=bins, hidden=hidden,
+                      dtype=first.dtype, device=first.device, flowed=flowed), layout
+
+
+def spline_for(problem: Problem, bins: int) -> tuple[SplineFamily, Layout | None]:
+    """The spline family on every random parameter of ``problem`` (one spline per tensor;
+    a Target's θ is one tensor) and, for a network, their layout."""
+    if isinstance(problem, Target):
+        return SplineFamily((problem.dim,), bins=bins, dtype=problem.dtype), None
+    if not isinstance(problem, BayesianModel):
+        raise ValueError(f"family='spline' needs a Target or a BayesianModel, got "
+                         f"{type(problem).__name__}")
+    point = problem.init_params()
+    layout = Layout.of(point)
+    first = next(iter(point.values()))
+    return SplineFamily(layout.sizes, bins=bins, dtype=first.dtype,
+                        device=first.device), layout
+
+
+def init(family: FlowFamily | SplineFamily, layout: Layout | None, opt: Any, params: Any,
+         problem: Problem, init_std: float, generator: torch.Generator) -> FlowVIState:
     """q₀ = N(``params``, init_std² I) (f the identity; default ``problem.init_params``)."""
     if params is None:
         params = problem.init_params(generator)
     if isinstance(params, Tensor) and params.ndim == 2:
         raise ValueError("family='flow' fits one approximation: pass one point, not chains")
+    if layout is not None:
+        if not isinstance(params, dict) or set(params) != set(layout.names):
+            raise ValueError("a flow on a network starts at a point of the network's "
+                             "parameters: pass init= as the problem's init_params() dict")
+        params = layout.flatten(params, batch=0)
     lam = family.init(params, init_std, generator)
     noise = rng.split(generator, device=lam["loc"].device)
     return FlowVIState(lam=lam, anchor=lam, opt_state=opt.init(lam),
                        rng_state=rng.state_of(noise), step=0)
 
 
+def _grads(loss: Tensor, lam: FlowParams) -> FlowParams:
+    """∇_λ loss (zero for a parameter the loss does not reach)."""
+    values = torch.autograd.grad(loss, list(lam.values()), allow_unused=True)
+    return {k: torch.zeros_like(v) if g is None else g
+            for (k, v), g in zip(lam.items(), values, strict=True)}
+
+
 def _apply(opt: Any, lr: float, state: FlowVIState, loss: Tensor, lam: FlowParams,
            anchor: FlowParams, gen: torch.Generator) -> FlowVIState:
-    grads = dict(zip(lam, torch.autograd.grad(loss, list(lam.values())), strict=True))
+    return _step(opt, lr, state, _grads(loss, lam), anchor, gen)
+
+
+def _step(opt: Any, lr: float, state: FlowVIState, grads: FlowParams, anchor: FlowParams,
+          gen: torch.Generator) -> FlowVIState:
     updates, opt_state = opt.update(grads, state.opt_state, state.lam, lr)
     new = tree_map(lambda p, u: (p + u).detach(), state.lam, updates)
     return FlowVIState(lam=new, anchor=anchor, opt_state=opt_state,
                        rng_state=rng.state_of(gen), step=state.step + 1)
 
 
-def score_step(family: FlowFamily, opt: Any, lr: float, problem: Problem,
-               state: FlowVIState, batch: Batch, *, num_samples: int, alpha: float,
-               inner_steps: int, kld: float) -> tuple[FlowVIState, Info]:
-    """One proximal score-matching step (module docstring)."""
+def problem_scores(problem: Problem, layout: Layout | None, thetas: Tensor, batch: Batch,
+                   kld: float = 1.0) -> tuple[Tensor, Tensor]:
+    """The minibatch value and scores of the draws ``thetas`` ``(S, d)``, as vectors."""
+    if layout is None:
+        return minibatch_scores(problem, thetas, batch, kld)
+    value, scores = minibatch_scores(problem, layout.unflatten(thetas), batch, kld)
+    return value, layout.flatten(scores)
+
+
+def _info(value: Tensor, objective: Tensor, what: str, **extra: float) -> Info:
+    """The step's info; when the flow's ``objective`` is not finite, its log density is NaN and
+    ``NONFINITE`` says what failed, so the runner stops before taking the step and names
+    the family (:attr:`FlowOptions.label`) and the step."""
+    if bool(torch.isfinite(objective)):
+        return {LOG_PROB: value, **extra}
+    return {LOG_PROB: float("nan"), NONFINITE: what, **extra}
+
+
+def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: Any, lr: float,
+               problem: Problem, state: FlowVIState, batch: Batch, *, num_samples: int,
+               alpha: float, inner_steps: int, kld: float,
+               gaussian: GaussianGradients | None = None) -> tuple[FlowVIState, Info]:
+    """One proximal score-matching step (module docstring). With a flow on a leading block
+    (``flowed = m < d``) and ``gaussian``, the loss is the flowed block's, over m, and the
+    diagonal Gaussian block gets ``gaussian``'s gradients (score_vi's own diagonal update,
+    Rao-Blackwellised): the objective is a sum over the two factors, and for the Gaussian
+    factor the closed-form expectation removes the ε/σ noise of the Monte Carlo one."""
     anchor = state.lam if state.step % inner_steps == 0 else state.anchor
     gen = rng.from_state(state.rng_state, device=anchor["loc"].device)
     thetas = family.sample(anchor, num_samples, gen).detach()
-    value, scores = minibatch_scores(problem, thetas, batch, kld)
-    g_anchor = family.score(anchor, thetas)
+    value, scores = problem_scores(problem, layout, thetas, batch, kld)
+    split = gaussian is not None and isinstance(family, FlowFamily) \
+        and family.flowed < family.features
+    m = family.flowed if split else family.features
+    g_anchor = family.score(anchor, thetas)[:, :m]
     lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
     with torch.enable_grad():
-        g = family.score(lam, thetas, create_graph=True)
-        fit = ((g - scores) ** 2).sum(-1).mean()
+        g = family.score(lam, thetas, create_graph=True)[:, :m]
+        fit = ((g - scores[:, :m]) ** 2).sum(-1).mean()
         prox = ((g - g_anchor) ** 2).sum(-1).mean()
-        loss = (alpha * prox + fit) / family.features
-    new = _apply(opt, lr, state, loss, lam, anchor, gen)
-    return new, {"log_prob": value, "alpha": alpha, "fisher": float(fit.detach()),
-                 "loss": float(loss.detach())}
+        loss = (alpha * prox + fit) / m
+    grads = _grads(loss, lam)
+    if split:
+        block = _gaussian_block(state.lam, m)
+        block_anchor = block if anchor is state.lam else _gaussian_block(anchor, m)
+        extra = gaussian(block, block_anchor, thetas[:, m:], scores[:, m:], alpha)
+        for key, part in (("loc", extra.mu), ("log_scale", extra.rho)):
+            grads[key] = torch.cat([grads[key][:m], part])
+        finite = torch.isfinite(loss) & all_finite(extra)
+    else:
+        finite = torch.isfinite(loss)
+    new = _step(opt, lr, state, grads, anchor, gen)
+    return new, _info(value, loss if finite else torch.tensor(float("nan")),
+                      "the flow's score-matching loss (its scores ∇log q)",
+                      alpha=alpha, fisher=float(fit.detach()), loss=float(loss.detach()))
 
 
-def elbo_step(family: FlowFamily, opt: Any, lr: float, problem: Problem,
-              state: FlowVIState, batch: Batch, *, num_samples: int, stl: bool
-              ) -> tuple[FlowVIState, Info]:
+def _gaussian_block(lam: FlowParams, m: int) -> DiagGaussianParams:
+    """The diagonal Gaussian factor of a flow on a leading block: coordinates m onwards."""
+    return DiagGaussianParams(mu=lam["loc"][m:].detach(), rho=lam["log_scale"][m:].detach())
+
+
+def elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: float,
+              problem: Problem, state: FlowVIState, batch: Batch, *, num_samples: int,
+              stl: bool) -> tuple[FlowVIState, Info]:
     """One reparameterised ELBO step; ``stl``: the sticking-the-landing entropy term
     (log q at λ̄, no graph through the parameters), else the full estimator."""
     gen = rng.from_state(state.rng_state, device=state.lam["loc"].device)
@@ -186,13 +348,9 @@ def elbo_step(family: FlowFamily, opt: Any, lr: float, problem: Problem,
     frozen = {k: v.detach() for k, v in state.lam.items()}
     with torch.enable_grad():
         thetas = family.sample(lam, num_samples, gen)
-        value, scores = minibatch_scores(problem, thetas.detach(), batch)
+        value, scores = problem_scores(problem, layout, thetas.detach(), batch)
         log_q = family.log_prob(frozen if stl else lam, thetas)
         surrogate = -((scores.detach() * thetas).sum(-1) - log_q).mean() / family.features
     new = _apply(opt, lr, state, surrogate, lam, state.anchor, gen)
-    return new, {"log_prob": value,
-                 "elbo": float((value - log_q.detach().mean()).detach())}
-
-
-def approximation(family: FlowFamily, state: FlowVIState) -> FlowApproximation:
-    return FlowApproximation(family, state.lam)
+    return new, _info(value, surrogate, "the flow's ELBO estimate (its log q)",
+                      elbo=float((value - log_q.detach().mean()).detach()))

@@ -158,7 +158,7 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
             raise ValueError(f"inner_steps={inner_steps}: the closed form solves each anchor's "
                              "problem exactly (K = 1); use solver='gradient' for K > 1")
         defaults = SOLVER_DEFAULTS[solver]
-        if self.family == "flow":
+        if self.family != "diag":
             defaults = {**defaults, "lr": flow_vi.SCORE_LR}
         given = {k: getattr(self, k) for k in defaults}
         quiet = _REBINDING.get()
@@ -184,22 +184,23 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
         for name, value in opts.items():
             set_attr(self, name, value)
         set_attr(self, "_opt", make_opt(self.optimizer, self.momentum))
-        if self.family == "flow" and solver != "gradient":
-            raise ValueError("family='flow' uses the gradient solver (the closed form is the "
+        family = f"family={self.family!r}"
+        if self.family != "diag" and solver != "gradient":
+            raise ValueError(f"{family} uses the gradient solver (the closed form is the "
                              "Gaussian argmin): drop solver='closed_form'")
         self.setup_family(self.problem)
-        if self.family == "flow" and not quiet:
+        if self.family != "diag" and not quiet:
             inert = [n for n, v, d in (("loss", self.loss, "rb"), ("antithetic", opts["antithetic"],
                                        False), ("max_step", self.max_step, float("inf")),
                                        ("precondition", self.precondition, "sigma2"))
                      if v != d]
             if inert:
-                warnings.warn(f"score_vi: {', '.join(inert)} cannot act with family='flow' "
+                warnings.warn(f"score_vi: {', '.join(inert)} cannot act with {family} "
                               "(they shape the Gaussian solvers); drop them", stacklevel=4)
-            warnings.warn("score_vi: family='flow' is experimental: from the default Laplace "
+            warnings.warn(f"score_vi: {family} is experimental: from the default Laplace "
                           "start it fits a correlated Gaussian, but from a start far from "
                           "the posterior it drifts or diverges (measured in flow_vi's "
-                          "docstring); check it against advi with family='flow'",
+                          f"docstring); check it against advi with {family}",
                           stacklevel=4)
 
     @property
@@ -244,9 +245,10 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
         if self._flow is not None:
             k = self.inner_steps
             return flow_vi.score_step(
-                self._flow, self._opt, resolve(self.lr, state.step), self.problem, state, batch,
+                self._flow, self._layout, self._opt, resolve(self.lr, state.step), self.problem,
+                state, batch,
                 num_samples=self.num_samples, alpha=self.alpha(state.step // k * k),
-                inner_steps=k, kld=self.kld)
+                inner_steps=k, kld=self.kld, gaussian=self.gradients)
         t = state.step
         anchor = state.lam if t % self.inner_steps == 0 else state.anchor
         alpha = self.alpha(t // self.inner_steps * self.inner_steps)

@@ -1,0 +1,30 @@
+"""``bdlkit`` command lines run in a subprocess that kills itself with SIGKILL when a chosen
+method reaches a chosen step (the kill -9 resume tests; ``from cli_helpers import ...``)."""
+
+import os
+import subprocess
+import sys
+
+KILLER = """
+import importlib, os, signal, sys
+cls = getattr(importlib.import_module(os.environ["KILL_MODULE"]), os.environ["KILL_CLASS"])
+inner = cls.step
+def step(self, state, batch):
+    if state.step == int(os.environ["KILL_AT"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return inner(self, state, batch)
+cls.step = step
+from bdlkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def run_cli(*argv: str, method: tuple[str, str], kill_at: int | None = None,
+            timeout: float = 300, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
+    """``bdlkit *argv``; ``method`` = (module, class) whose step ``kill_at`` (if given)
+    kills the process."""
+    env = {**os.environ, **(env or {}), "KILL_MODULE": method[0], "KILL_CLASS": method[1],
+           "KILL_AT": str(-1 if kill_at is None else kill_at)}
+    return subprocess.run([sys.executable, "-W", "ignore", "-c", KILLER, *argv], env=env,
+                          check=False, capture_output=True, text=True, timeout=timeout)
