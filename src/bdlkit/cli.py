@@ -316,7 +316,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     p.add_argument("--quick", action="store_true", help="a short version for a smoke test")
     p.add_argument("--out", required=True, metavar="DIR", help="where results are written")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rows", metavar="A,B", help="synthetic only: run just these rows ...")
+    p.add_argument("--rows", metavar="A,B", help="synthetic/posteriordb: run just these rows ...")
     p.add_argument("--settings", metavar="S,T", help="... on just these settings ...")
     p.add_argument("--reuse", metavar="DIR", help="... and take the other rows from the "
                    "results.json in DIR (same plan)")

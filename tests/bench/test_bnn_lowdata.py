@@ -130,3 +130,17 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
     for column in ("error (%)", "nll", "ece", "brier", "OOD AUROC", "seconds", "σ median",
                    "σ moved", "chosen", "## Claims", "advi_stl"):
         assert column in text
+
+
+def test_a_last_layer_flow_row_reports_its_monte_carlo_sigma(tmp_path, monkeypatch):
+    monkeypatch.setattr(bnn_lowdata, "warm_up", lambda: None)
+    plan = bnn_lowdata.Plan(("mlp",), (60,), 1, {"mlp": 4}, tune=False,
+                            methods=("advi", "advi_flow"), test_size=100, ood_points=50)
+    rows = bnn_lowdata.run(tmp_path, plan=plan, echo=False)
+    diag, flow = rows
+    assert flow["method"] == "advi_flow" and flow["status"] == "ok"
+    # after 4 steps from σ₀ both families are still near σ₀ everywhere
+    for r in rows:
+        assert 0.5 < r["sigma_q10"] / bnn_lowdata.INIT_STD <= r["sigma_q90"] / \
+            bnn_lowdata.INIT_STD < 1.5
+    assert abs(flow["sigma_median"] - diag["sigma_median"]) < 0.2 * diag["sigma_median"]

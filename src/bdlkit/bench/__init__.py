@@ -18,6 +18,7 @@ from bdlkit.bench import (
     diagnostics_speed,
     digits,
     efficiency,
+    flow_stability,
     hmc_agreement,
     l2e,
     posteriordb,
@@ -39,6 +40,7 @@ SUITES: dict[str, Suite] = {
     "hmc-agreement": hmc_agreement.run,
     "l2e": l2e.run,
     "bnn-lowdata": bnn_lowdata.run,
+    "flow-stability": flow_stability.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -51,6 +53,7 @@ DESCRIPTIONS: dict[str, str] = {
     "hmc-agreement": hmc_agreement.DESCRIPTION,
     "l2e": l2e.DESCRIPTION,
     "bnn-lowdata": bnn_lowdata.DESCRIPTION,
+    "flow-stability": flow_stability.DESCRIPTION,
 }
 
 
@@ -62,6 +65,8 @@ def get_suite(name: str) -> Suite:
 
 #: Suites that can run a subset of their rows and reuse the others from an earlier run.
 ROW_SUITES = ("synthetic",)
+#: Suites that can run a subset of their rows (``--rows``), side by side, into a new folder.
+METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS)}
 
 
 def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,
@@ -71,14 +76,22 @@ def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: i
     """Run suite ``name`` into ``out``; returns its rows (also written as JSON and Markdown).
 
     ``rows``/``settings``/``reuse`` (suites in :data:`ROW_SUITES`): run only these rows on
-    these settings and take every other record from the results in ``reuse``."""
+    these settings and take every other record from the results in ``reuse``; ``rows``
+    alone (suites in :data:`METHOD_SUITES`): run only these rows."""
     suite = get_suite(name)
     if not (rows or reuse or settings):
         return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo)
+    if name in METHOD_SUITES and rows and not (reuse or settings):
+        bad = [r for r in rows if r not in METHOD_SUITES[name]]
+        if bad:
+            raise ValueError(f"unknown rows {bad} of suite {name!r}; valid: "
+                             f"{', '.join(METHOD_SUITES[name])}")
+        return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
+                     methods=tuple(rows))
     if name not in ROW_SUITES:
         raise ValueError(f"--rows/--settings/--reuse are options of the {', '.join(ROW_SUITES)} suite, "
                          f"not of {name!r}")
-    known = synthetic.ROWS
+    known = synthetic.ALL_ROWS
     bad = [r for r in rows if r not in known]
     if bad:
         raise ValueError(f"unknown rows {bad} of suite {name!r}; valid: {', '.join(known)}")

@@ -73,7 +73,8 @@ def prepare_bench_out(out: Path) -> Path:
     from bdlkit.runs.directory import prepare_out
 
     return prepare_out(out, overwrite=True, marker=".bdlkit-bench",
-                       entries=("results.json", "results.md", "report.md", "runs", "plots"))
+                       entries=("results.json", "results.md", "report.md", "runs", "plots",
+                                "modes.json", "modes.md"))
 
 
 def write_results(out: Path, suite: str, quick: bool, command: str | None, title: str,

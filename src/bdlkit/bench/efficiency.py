@@ -1,7 +1,10 @@
 """The ``efficiency`` suite: step time and peak memory of each method, side by side.
 
 Methods: plain SGD (``map`` with ``optimizer="sgd"``, momentum 0.9, the cost of ordinary
-training), ``score_vi`` (S = 1), ``advi`` (S = 1), ``fisher_vi`` (S = 1), ``sgld`` and any
+training), ``score_vi`` (S = 1), ``advi`` (S = 1), ``fisher_vi`` (S = 1), ``score_vi_flow``
+and ``advi_flow`` (S = 1, ``family="flow"``: a neural spline flow on the last layer, the
+diagonal Gaussian elsewhere; ratios ``score_vi_flow/score_vi`` and ``advi_flow/advi`` are
+what the flow costs over the diagonal family), ``sgld`` and any
 other registered minibatch sampler (default hyperparameters; ``l2e`` with its shipped
 meta-parameters). A method that is not in
 :data:`bdlkit.algorithms.METHODS` when the suite runs is skipped and listed under
@@ -116,6 +119,8 @@ METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "advi": ("advi", {"num_samples": 1}),
     "fisher_vi": ("fisher_vi", {"num_samples": 1}),
     "sgld": ("sgld", {}),
+    "score_vi_flow": ("score_vi", {"num_samples": 1, "family": "flow"}),
+    "advi_flow": ("advi", {"num_samples": 1, "family": "flow"}),
 }
 MMAP_THRESHOLD = 65536
 #: the run length that cyclical samplers' schedules are set up for

@@ -41,15 +41,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bdlkit.bench import synthetic_report
+from bdlkit.bench import synthetic_modes, synthetic_modes_report, synthetic_report
 from bdlkit.bench.common import machine_info, prepare_bench_out
 from bdlkit.bench.vi_methods import FULL_COVARIANCE, SPECS, configs
 from bdlkit.bench.vi_runs import describe, run_vi, tune_then_repeat
+from bdlkit.core.serialization import atomic_write_bytes
 from bdlkit.data import synthetic
 
-DESCRIPTION = "score_vi vs ADVI, GSM, BaM on Gaussian/mixture targets: KL vs score evals"
+DESCRIPTION = ("score_vi vs ADVI, GSM, BaM on Gaussian/mixture targets: KL vs score evals; "
+               "flows on multimodal targets: the mode-collapse verdict")
 ROWS = ("score_vi", "score_vi_cf", "advi", "gsm_full", "gsm_diag", "bam_full", "bam_lowrank",
         "bam_diag")
+ALL_ROWS = tuple(dict.fromkeys((*ROWS, *synthetic_modes.ROWS)))  # + the multimodal part's
 F64 = torch.float64
 BLOCK = 100  # rotation block size of the Gaussian targets above 1 000 dimensions
 MULTI_THREAD_MIN_DIM = 1000  # full-covariance rows at and above: d × d factorisations
@@ -139,14 +142,14 @@ def make_measure(target: synthetic.SyntheticTarget, label: str
         logdet_p = target.params["eigenvalues"].log().sum()
         best = 0.0 if full else float(0.5 * (logdet_p + prec.diagonal().log().sum()))
 
-        def measure(mean: Tensor, cov: Tensor) -> dict[str, float]:
+        def measure(mean: Tensor, cov: Tensor, approx: Any = None) -> dict[str, float]:
             kl = gaussian_kl(mean, cov, ref_mean, prec, logdet_p)
             return {"kl": kl, "excess_kl": kl - best, **errors(mean, cov)}
         return measure
 
     eps = torch.randn(2_000, target.dim, generator=torch.Generator().manual_seed(7), dtype=F64)
 
-    def measure_mc(mean: Tensor, cov: Tensor) -> dict[str, float]:
+    def measure_mc(mean: Tensor, cov: Tensor, approx: Any = None) -> dict[str, float]:
         if cov.ndim == 1:
             if not bool((cov > 0).all()):
                 return {"kl": math.nan, **errors(mean, cov)}
@@ -236,7 +239,7 @@ def _one_run(target: synthetic.SyntheticTarget, setting: Setting, label: str,
 
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
-        echo: bool = True, rows: tuple[str, ...] = ROWS,
+        echo: bool = True, rows: tuple[str, ...] = ALL_ROWS,
         only: Callable[[Setting], bool] | None = None, plan_override: Plan | None = None,
         reuse: Path | None = None, only_settings: tuple[str, ...] = ()
         ) -> list[dict[str, Any]]:
@@ -244,20 +247,31 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
 
     ``reuse``: a folder with an earlier ``results.json`` of the same plan. Only ``rows`` on
     ``only_settings`` (default: every setting) are run; every other record is taken from
-    it, with the command that made it (kept in the new results under ``reused``).
+    it, with the command that made it (kept in the new results under ``reused``). The
+    multimodal part (:mod:`bdlkit.bench.synthetic_modes`: its rows and settings) follows
+    the same rules with ``modes.json``.
     """
     p = plan_override or plan(quick, seed)
+    mode_rows = tuple(r for r in rows if r in synthetic_modes.ROWS)
+    rows = tuple(r for r in rows if r in ROWS)
     chosen = [s for s in settings(quick) if only is None or only(s)]
     rerun = [s for s in chosen if not only_settings or s.name in only_settings]
-    unknown = sorted(set(only_settings) - {s.name for s in chosen})
+    mode_names = [s.name for s in synthetic_modes.settings(quick)]
+    unknown = sorted(set(only_settings) - {s.name for s in chosen} - set(mode_names))
     if unknown:
-        raise ValueError(f"unknown settings {unknown}; valid: {[s.name for s in chosen]}")
+        raise ValueError(f"unknown settings {unknown}; valid: "
+                         f"{[s.name for s in chosen] + mode_names}")
     reused, provenance = (_reused_records(Path(reuse), p, chosen, rows, {s.name for s in rerun})
                           if reuse is not None else ([], {}))
+    if only_settings and not set(only_settings) & set(mode_names):
+        mode_rows = ()  # only Gaussian settings asked for: the multimodal part is reused
+    modes = (None if plan_override is not None and not mode_rows else synthetic_modes.run(
+        quick, p.seeds, mode_rows, echo, only=tuple(only_settings), reuse=reuse,
+        evals=None if plan_override is None else p.budget))
     out = prepare_bench_out(Path(out))
     command = command or f"bdlkit bench synthetic{' --quick' if quick else ''} --out {out}"
     start, records, times = time.perf_counter(), [], StepTimes()
-    for setting in sorted(rerun, key=lambda s: s.dim):  # small d first: step times known
+    for setting in sorted(rerun if rows else [], key=lambda s: s.dim):  # small d first
         if echo:
             print(f"[synthetic] {setting.name}", flush=True)
         records += run_setting(setting, p, rows, times, echo)
@@ -272,7 +286,12 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             "wall_seconds": time.perf_counter() - start, "machine": machine_info()}
     if reused:
         meta["reused"] = provenance
-    return synthetic_report.write(out, records, meta)
+    summary = synthetic_report.write(out, records, meta)
+    if modes is not None:
+        section = synthetic_modes_report.write(out, modes, command)
+        report = (out / "report.md").read_text()
+        atomic_write_bytes(out / "report.md", (report + "\n" + section).encode())
+    return summary
 
 
 def _reused_records(folder: Path, p: Plan, chosen: list[Setting], rows: tuple[str, ...],

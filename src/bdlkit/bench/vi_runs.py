@@ -44,8 +44,9 @@ from bdlkit.core.schedules import exponential
 from bdlkit.families.full_gaussian import FullGaussian
 from bdlkit.problems import Target
 
-Measure = Callable[[Tensor, Tensor], dict[str, float]]
-"""``measure(mean (d,), cov)`` → metrics; ``cov`` is ``(d, d)`` (full) or ``(d,)`` variances."""
+Measure = Callable[[Tensor, Tensor, Any], dict[str, float]]  # (mean, cov, approximation)
+"""``measure(mean (d,), cov, approximation)`` → metrics; ``cov`` is ``(d, d)`` (full) or ``(d,)``
+variances; the approximation itself for what its moments cannot give (a flow's ELBO)."""
 
 FULL_MATRICES = {"gsm": 8, "bam": 12}  # d × d float work arrays of the full variants (approx.)
 
@@ -178,9 +179,10 @@ def run_vi(target: Target, method: str, hyper: dict[str, Any], *, measure: Measu
 
 def _measure_point(algo: Any, state: Any, measure: Measure, t: int, per_step: int,
                    elapsed: float) -> dict[str, float]:
-    mean, cov = moments(algo.approximation(state))
+    approx = algo.approximation(state)
+    mean, cov = moments(approx)
     with torch.no_grad():
-        values = measure(mean.detach(), cov.detach())
+        values = measure(mean.detach(), cov.detach(), approx)
     return {"step": t, "score_evals": t * per_step, "seconds": elapsed,
             **{k: float(v) for k, v in values.items()}}
 
