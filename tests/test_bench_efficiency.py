@@ -67,3 +67,14 @@ def test_unregistered_methods_are_skipped_and_failures_recorded(tmp_path, monkey
 def test_memory_probe_measures_a_fresh_subprocess():
     mem, how, err = efficiency._subprocess_memory("mlp", "sgd", seed=0, mem_steps=1)
     assert err is None and how.startswith("rss growth") and 0 <= mem < 500
+
+
+def test_the_flow_families_cost_rows_and_ratios(tmp_path):
+    methods = ("score_vi", "score_vi_flow", "score_vi_spline")
+    rows = efficiency.run(tmp_path, models=("mlp",), methods=methods, steps=1, repeats=1,
+                          warmup=1, memory=False, echo=False, shared_warm_up=False,
+                          profile=False)
+    assert [r["method"] for r in rows] == list(methods)
+    assert all(r["status"] == "ok" and r["step_time_s"] > 0 for r in rows)
+    ratios = json.loads((tmp_path / "results.json").read_text())["ratios"]
+    assert ratios["mlp:score_vi_flow/score_vi"] > 0 and ratios["mlp:score_vi_spline/score_vi"] > 0

@@ -3,8 +3,10 @@
 Methods: plain SGD (``map`` with ``optimizer="sgd"``, momentum 0.9, the cost of ordinary
 training), ``score_vi`` (S = 1), ``advi`` (S = 1), ``fisher_vi`` (S = 1), ``score_vi_flow``
 and ``advi_flow`` (S = 1, ``family="flow"``: a neural spline flow on the last layer, the
-diagonal Gaussian elsewhere; ratios ``score_vi_flow/score_vi`` and ``advi_flow/advi`` are
-what the flow costs over the diagonal family), ``sgld`` and any
+diagonal Gaussian elsewhere), ``score_vi_spline`` and ``advi_spline`` (``family="spline"``:
+a monotone spline per tensor on every weight; the ratios ``score_vi_flow/score_vi``,
+``score_vi_spline/score_vi``, ... are what each family costs over the diagonal one),
+``sgld`` and any
 other registered minibatch sampler (default hyperparameters; ``l2e`` with its shipped
 meta-parameters). A method that is not in
 :data:`bdlkit.algorithms.METHODS` when the suite runs is skipped and listed under
@@ -121,6 +123,8 @@ METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "sgld": ("sgld", {}),
     "score_vi_flow": ("score_vi", {"num_samples": 1, "family": "flow"}),
     "advi_flow": ("advi", {"num_samples": 1, "family": "flow"}),
+    "score_vi_spline": ("score_vi", {"num_samples": 1, "family": "spline"}),
+    "advi_spline": ("advi", {"num_samples": 1, "family": "spline"}),
 }
 MMAP_THRESHOLD = 65536
 #: the run length that cyclical samplers' schedules are set up for

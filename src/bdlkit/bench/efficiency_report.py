@@ -22,10 +22,11 @@ GOALS: dict[str, float] = {"score_vi/sgd": 1.25, "score_vi/advi": 1.1,
                            "l2e/sghmc": 1.5}
 TIME_PAIRS = [("score_vi", "sgd"), ("score_vi", "advi"), ("advi", "sgd"), ("fisher_vi", "sgd"),
               ("fisher_vi", "score_vi"), ("sgld", "sgd"), ("sghmc", "sgd"), ("l2e", "sghmc"),
-              ("l2e", "sgd"), ("score_vi_flow", "score_vi"), ("advi_flow", "advi")]
+              ("l2e", "sgd"), ("score_vi_flow", "score_vi"), ("advi_flow", "advi"),
+              ("score_vi_spline", "score_vi"), ("advi_spline", "advi")]
 MEM_PAIRS = [("score_vi", "advi"), ("score_vi", "sgd"), ("advi", "sgd"), ("fisher_vi", "sgd"),
              ("sgld", "sgd"), ("l2e", "sghmc"), ("score_vi_flow", "score_vi"),
-             ("advi_flow", "advi")]
+             ("advi_flow", "advi"), ("score_vi_spline", "score_vi"), ("advi_spline", "advi")]
 #: functions whose cumulative time is reported as a phase of a profiled step
 PHASES = ("value_and_score", "minibatch_scores", "sample", "draw_eps", "reparam",
           "rb_gradients", "mc_gradients", "elbo_grad", "loss_and_grad", "update",
