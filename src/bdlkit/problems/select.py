@@ -28,8 +28,10 @@ def _owned(module: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in module.named_modules() if any(True for _ in m.parameters(False))]
 
 
-def select_parameters(module: nn.Module, bayesian: Selection = "all") -> list[str]:
-    """Names (as in ``module.named_parameters()``) of the Bayesian parameters."""
+def select_parameters(module: nn.Module, bayesian: Selection = "all",
+                      option: str = "bayesian") -> list[str]:
+    """Names (as in ``module.named_parameters()``) of the parameters ``bayesian`` selects;
+    ``option`` is the option's name in the error messages (``flow_on`` for a flow)."""
     names = [n for n, _ in module.named_parameters()]
     if not names:
         raise ValueError("the module has no parameters")
@@ -56,15 +58,16 @@ def select_parameters(module: nn.Module, bayesian: Selection = "all") -> list[st
         unused = [p for p in bayesian if not any(_matches(n, p) for n in names)]
         if unused:
             raise ValueError(
-                f"bayesian= patterns {unused} match no parameter; names look like {names[:4]}"
+                f"{option}= patterns {unused} match no parameter; names look like {names[:4]}"
             )
     else:
         raise ValueError(
-            f"bayesian= must be 'all', 'last_layer', a list of names/patterns, module type(s) "
+            f"{option}= must be 'all', 'last_layer', a list of names/patterns, module type(s) "
             f"or a callable, got {bayesian!r}"
         )
     if not chosen:
-        raise ValueError(f"bayesian={bayesian!r} selects no parameter; names look like {names[:4]}")
+        raise ValueError(f"{option}={bayesian!r} selects no parameter; names look like "
+                         f"{names[:4]}")
     return chosen
 
 

@@ -204,7 +204,7 @@ def family_for(problem: Problem, transforms: int, bins: int, hidden: int,
                          f"{type(problem).__name__}")
     point = problem.init_params()
     chosen = select_parameters(problem.module, list(flow_on) if isinstance(flow_on, tuple)
-                               else flow_on)
+                               else flow_on, option="flow_on")
     outside = [n for n in chosen if n not in point]
     if outside:
         raise ValueError(f"flow_on={flow_on!r} selects {outside[:3]}, which bayesian= leaves "
