@@ -89,7 +89,8 @@ def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: i
         return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
                      methods=tuple(rows))
     if name not in ROW_SUITES:
-        raise ValueError(f"--rows/--settings/--reuse are options of the {', '.join(ROW_SUITES)} suite, "
+        raise ValueError(f"--settings/--reuse are options of the {', '.join(ROW_SUITES)} "
+                         f"suite and --rows of {', '.join((*ROW_SUITES, *METHOD_SUITES))}, "
                          f"not of {name!r}")
     known = synthetic.ALL_ROWS
     bad = [r for r in rows if r not in known]

@@ -58,7 +58,8 @@ class Layout:
 
     def flatten(self, tree: dict[str, Tensor], batch: int = 1) -> Tensor:
         """The vector(s) of ``tree`` (leaves with ``batch`` leading dimensions)."""
-        parts = [tree[n].reshape(*tree[n].shape[:batch], -1) for n in self.names]
+        device = tree[self.names[0]].device  # a likelihood's parameters may sit elsewhere
+        parts = [tree[n].reshape(*tree[n].shape[:batch], -1).to(device) for n in self.names]
         return torch.cat(parts, dim=-1)
 
     def unflatten(self, vector: Tensor) -> dict[str, Tensor]:

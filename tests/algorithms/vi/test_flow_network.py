@@ -55,7 +55,7 @@ def test_named_tensors_can_carry_the_flow_and_bad_selections_fail_early():
     with pytest.raises(ValueError, match=r"flow_on= patterns \['head.\*'\] match no parameter"):
         _quiet(advi, problem, flow_on="head.*")
     with pytest.raises(ValueError, match="bayesian= leaves deterministic"):
-        _quiet(advi, _model(bayesian="last_layer"), flow_on="all")
+        _quiet(advi, _model(bayesian="last_layer"), flow_on="net.0.weight")
     with pytest.raises(ValueError, match="flow_on names no parameter"):
         _quiet(advi, problem, flow_on=",")
     with pytest.raises(ValueError, match="flow transforms must be an integer >= 1"):
@@ -118,7 +118,7 @@ def test_the_spline_family_covers_every_tensor_at_a_cost_linear_in_d():
     assert sizes["spline.widths"] + sizes["spline.heights"] + sizes["spline.derivatives"] == \
         tensors * (3 * 4 - 1)
     assert alg.label == "advi (family='spline')" and "flow_on" not in alg.record()
-    with pytest.raises(ValueError, match="family='spline' acts on every Bayesian tensor"):
+    with pytest.raises(ValueError, match="flow_on is an option of family=.flow.; family=.spline. covers"):
         _quiet(advi, problem, family="spline", flow_on="all")
 
 
@@ -166,3 +166,33 @@ def test_score_vi_updates_a_flows_gaussian_block_with_its_own_rao_blackwellised_
     expected = -(1 + ((thetas[:, m:] - mu) * scores[:, m:]).mean(0)) / n
     assert torch.allclose(captured["log_scale"][m:], expected, atol=1e-6)
     assert captured["loc"][:m].abs().max() > 0  # the flowed block: score matching
+
+
+def test_options_that_would_be_wrong_or_inert_with_a_flow_fail_early():
+    problem = _model()
+    with pytest.raises(ValueError, match="draws are independent, not antithetic pairs"):
+        _quiet(score_vi, problem, antithetic=True, num_samples=4)
+    with pytest.raises(ValueError, match="use optimizer='adam'"):
+        _quiet(score_vi, problem, optimizer="sgd")
+    with pytest.raises(ValueError, match="flow_on is an option of family='flow'"):
+        _quiet(advi, problem, family="diag", flow_on="net.0.weight")
+    target = bdlkit.Target(lambda x: -0.5 * (x**2).sum(-1), dim=2)
+    with pytest.raises(ValueError, match="on a Target the flow is on all of θ"):
+        _quiet(advi, target, flow_on="all")
+    with pytest.warns(UserWarning, match="max_step cannot act") as caught:
+        score_vi.build(problem, family="flow", max_step=2.0, loss="mc")
+    assert not any("loss" in str(w.message).split("cannot")[0] for w in caught)  # it acts
+    everything = _quiet(advi, _model(bayesian="last_layer"), flow_on="all")
+    assert everything._flow.flowed == everything._flow.features  # all random tensors
+
+
+def test_a_non_finite_problem_score_is_named_as_such(monkeypatch):
+    problem = _model()
+    alg = _quiet(advi, problem)
+    state = alg.init(generator=torch.Generator().manual_seed(0))
+    inner = BayesianModel.value_and_score
+    monkeypatch.setattr(BayesianModel, "value_and_score", lambda self, p, b: (
+        inner(self, p, b)[0], {k: v * float("nan") for k, v in inner(self, p, b)[1].items()}))
+    batch = (torch.randn(8, 4), torch.arange(8) % 3)
+    _, info = alg.step(state, batch)
+    assert info["nonfinite"] == "the problem's scores at the flow's draws"

@@ -53,6 +53,7 @@ Gaussian, so α only acts with K > 1.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -94,9 +95,10 @@ class FlowOptions:
         flow_transforms: spline coupling layers of the flow (>= 1).
         flow_bins: spline bins per coordinate (>= 2; the spline family's too).
         flow_hidden: width of the two hidden layers of each coupling's network (>= 1).
-        flow_on: on a network, the tensors the flow acts on: "last_layer", "all" or names
-            and fnmatch patterns, comma-separated ("fc2.*,out.bias"); the other Bayesian
-            tensors get a diagonal Gaussian. A Target's flow is on all of θ.
+        flow_on: on a network, the tensors the flow acts on: "last_layer", "all" (every
+            random tensor) or names and fnmatch patterns, comma-separated
+            ("fc2.*,out.bias"); the other random tensors get a diagonal Gaussian. A
+            Target's flow is on all of θ.
     """
 
     family: Literal["diag", "flow", "spline"] = field(default="diag", kw_only=True)
@@ -113,9 +115,14 @@ class FlowOptions:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
         object.__setattr__(self, "flow_on", selection(self.flow_on))
-        if self.family == "spline" and self.flow_on != "last_layer":
-            raise ValueError("family='spline' acts on every Bayesian tensor; flow_on is "
-                             "family='flow''s: drop it (or restrict the model's bayesian=)")
+        if self.flow_on != "last_layer":  # given: it must be able to act
+            if self.family != "flow":
+                raise ValueError(f"flow_on is an option of family='flow'; family="
+                                 f"{self.family!r} covers every Bayesian tensor: drop "
+                                 "flow_on (or restrict the model's bayesian=)")
+            if isinstance(problem, Target):
+                raise ValueError("flow_on selects a network's tensors; on a Target the flow "
+                                 "is on all of θ: drop flow_on")
         if self.family == "flow":
             flow, layout = family_for(problem, self.flow_transforms, self.flow_bins,
                                       self.flow_hidden, self.flow_on)
@@ -203,8 +210,9 @@ def family_for(problem: Problem, transforms: int, bins: int, hidden: int,
         raise ValueError(f"family='flow' needs a Target or a BayesianModel, got "
                          f"{type(problem).__name__}")
     point = problem.init_params()
-    chosen = select_parameters(problem.module, list(flow_on) if isinstance(flow_on, tuple)
-                               else flow_on, option="flow_on")
+    chosen = list(point) if flow_on == "all" else select_parameters(
+        problem.module, list(flow_on) if isinstance(flow_on, tuple) else flow_on,
+        option="flow_on")
     outside = [n for n in chosen if n not in point]
     if outside:
         raise ValueError(f"flow_on={flow_on!r} selects {outside[:3]}, which bayesian= leaves "
@@ -285,13 +293,16 @@ def problem_scores(problem: Problem, layout: Layout | None, thetas: Tensor, batc
     return value, layout.flatten(scores)
 
 
-def _info(value: Tensor, objective: Tensor, what: str, **extra: float) -> Info:
-    """The step's info; when the flow's ``objective`` is not finite, its log density is NaN and
-    ``NONFINITE`` says what failed, so the runner stops before taking the step and names
-    the family (:attr:`FlowOptions.label`) and the step."""
-    if bool(torch.isfinite(objective)):
-        return {LOG_PROB: value, **extra}
-    return {LOG_PROB: float("nan"), NONFINITE: what, **extra}
+def _info(value: Tensor, checks: list[tuple[Any, str]], **extra: float) -> Info:
+    """The step's info. When the step's log density is finite but one of ``checks``
+    (tensor or bool, what it is) is not, the log density is reported as NaN and
+    ``NONFINITE`` names the first failed check, so the runner stops before taking the
+    step, naming the family (:attr:`FlowOptions.label`), the step and what failed."""
+    if bool(torch.isfinite(torch.as_tensor(value)).all()):
+        for ok, what in checks:
+            if not bool(torch.as_tensor(ok).all()):
+                return {LOG_PROB: float("nan"), NONFINITE: what, **extra}
+    return {LOG_PROB: value, **extra}
 
 
 def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: Any, lr: float,
@@ -307,8 +318,7 @@ def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: An
     gen = rng.from_state(state.rng_state, device=anchor["loc"].device)
     thetas = family.sample(anchor, num_samples, gen).detach()
     value, scores = problem_scores(problem, layout, thetas, batch, kld)
-    split = gaussian is not None and isinstance(family, FlowFamily) \
-        and family.flowed < family.features
+    split = gaussian is not None and has_gaussian_block(family)
     m = family.flowed if split else family.features
     g_anchor = family.score(anchor, thetas)[:, :m]
     lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
@@ -324,13 +334,50 @@ def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: An
         extra = gaussian(block, block_anchor, thetas[:, m:], scores[:, m:], alpha)
         for key, part in (("loc", extra.mu), ("log_scale", extra.rho)):
             grads[key] = torch.cat([grads[key][:m], part])
-        finite = torch.isfinite(loss) & all_finite(extra)
-    else:
-        finite = torch.isfinite(loss)
     new = _step(opt, lr, state, grads, anchor, gen)
-    return new, _info(value, loss if finite else torch.tensor(float("nan")),
-                      "the flow's score-matching loss (its scores ∇log q)",
-                      alpha=alpha, fisher=float(fit.detach()), loss=float(loss.detach()))
+    checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
+              (torch.isfinite(loss), "the flow's score-matching loss (its scores ∇log q)")]
+    if split:
+        checks.append((all_finite(extra), "the Gaussian block's gradients"))
+    return new, _info(value, checks, alpha=alpha, fisher=float(fit.detach()),
+                      loss=float(loss.detach()))
+
+
+def check_score_vi(alg: Any, quiet: bool) -> None:
+    """score_vi's options against its family (its ``__post_init__``, after the family is
+    built): refuse what would be wrong with a flow's Gaussian block, warn about what
+    cannot act and that the flow is experimental (unless ``quiet``)."""
+    if alg.family == "diag":
+        return
+    family, split = f"family={alg.family!r}", has_gaussian_block(alg._flow)
+    if split and alg.antithetic:
+        raise ValueError(f"antithetic=True with {family} on a network: the flow's draws "
+                         "are independent, not antithetic pairs; drop antithetic")
+    if split and alg.optimizer == "sgd":
+        raise ValueError(f"optimizer='sgd' with {family} on a network: the flow block's loss "
+                         "(over its coordinates) and the Gaussian block's per-datum "
+                         "gradients are on different scales, which only Adam's "
+                         "per-coordinate steps reconcile; use optimizer='adam'")
+    if quiet:
+        return
+    gaussian_only = [("loss", alg.loss, "rb"), ("antithetic", alg.antithetic, False),
+                     ("max_step", alg.max_step, float("inf")),
+                     ("precondition", alg.precondition, "sigma2")]
+    inert = [n for n, v, d in gaussian_only if v != d and (n == "max_step" or not split)]
+    if inert:
+        warnings.warn(f"score_vi: {', '.join(inert)} cannot act with {family} (they shape "
+                      "the Gaussian solvers: on a network the diagonal Gaussian block, "
+                      "and max_step only the closed form); drop them", stacklevel=5)
+    warnings.warn(f"score_vi: {family} is experimental: far from the posterior it drifts "
+                  "or diverges at a constant lr (`bdlkit bench flow-stability`); an "
+                  "annealed lr, e.g. bdlkit.core.schedules.exponential(3e-3, 3e-5, steps), "
+                  f"keeps it on course there; check it against advi with {family}",
+                  stacklevel=5)
+
+
+def has_gaussian_block(family: Any) -> bool:
+    """Whether the family is a flow on a leading block times a diagonal Gaussian."""
+    return isinstance(family, FlowFamily) and family.flowed < family.features
 
 
 def _gaussian_block(lam: FlowParams, m: int) -> DiagGaussianParams:
@@ -352,5 +399,6 @@ def elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: float,
         log_q = family.log_prob(frozen if stl else lam, thetas)
         surrogate = -((scores.detach() * thetas).sum(-1) - log_q).mean() / family.features
     new = _apply(opt, lr, state, surrogate, lam, state.anchor, gen)
-    return new, _info(value, surrogate, "the flow's ELBO estimate (its log q)",
-                      elbo=float((value - log_q.detach().mean()).detach()))
+    checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
+              (torch.isfinite(surrogate), "the flow's ELBO estimate (its log q)")]
+    return new, _info(value, checks, elbo=float((value - log_q.detach().mean()).detach()))

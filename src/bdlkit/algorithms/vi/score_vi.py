@@ -184,24 +184,11 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
         for name, value in opts.items():
             set_attr(self, name, value)
         set_attr(self, "_opt", make_opt(self.optimizer, self.momentum))
-        family = f"family={self.family!r}"
         if self.family != "diag" and solver != "gradient":
-            raise ValueError(f"{family} uses the gradient solver (the closed form is the "
-                             "Gaussian argmin): drop solver='closed_form'")
+            raise ValueError(f"family={self.family!r} uses the gradient solver (the closed "
+                             "form is the Gaussian argmin): drop solver='closed_form'")
         self.setup_family(self.problem)
-        if self.family != "diag" and not quiet:
-            inert = [n for n, v, d in (("loss", self.loss, "rb"), ("antithetic", opts["antithetic"],
-                                       False), ("max_step", self.max_step, float("inf")),
-                                       ("precondition", self.precondition, "sigma2"))
-                     if v != d]
-            if inert:
-                warnings.warn(f"score_vi: {', '.join(inert)} cannot act with {family} "
-                              "(they shape the Gaussian solvers); drop them", stacklevel=4)
-            warnings.warn(f"score_vi: {family} is experimental: from the default Laplace "
-                          "start it fits a correlated Gaussian, but from a start far from "
-                          "the posterior it drifts or diverges (measured in flow_vi's "
-                          f"docstring); check it against advi with {family}",
-                          stacklevel=4)
+        flow_vi.check_score_vi(self, quiet)
 
     @property
     def step_size_param(self) -> str:
