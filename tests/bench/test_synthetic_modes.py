@@ -88,6 +88,7 @@ def test_a_tiny_run_writes_the_multimodal_files_and_reuses_them(tmp_path):
     assert data["claim"]["verdict"].split("**")[1] in ("supported", "not supported",
                                                        "inconclusive")
     assert "does score-based VI avoid" in (out / "report.md").read_text()
+    assert "### Verdict" in (out / "results.md").read_text()  # what `bdlkit bench` prints
     synthetic.run(out, rows=("advi",), plan_override=plan, echo=False,
                   only_settings=("modes2-d2",), reuse=out)
     again = json.loads((out / "modes.json").read_text())

@@ -287,10 +287,11 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     if reused:
         meta["reused"] = provenance
     summary = synthetic_report.write(out, records, meta)
-    if modes is not None:
+    if modes is not None:  # the multimodal part's section closes both files
         section = synthetic_modes_report.write(out, modes, command)
-        report = (out / "report.md").read_text()
-        atomic_write_bytes(out / "report.md", (report + "\n" + section).encode())
+        for name in ("report.md", "results.md"):
+            text = (out / name).read_text()
+            atomic_write_bytes(out / name, (text + "\n" + section).encode())
     return summary
 
 
