@@ -112,7 +112,8 @@ def write(out: Path, data: dict[str, Any], command: str) -> str:
     table, text = verdict(summary)
     save_json(out / "modes.json", {**data, "command": command, "summary": summary,
                                    "claim": {"name": CLAIM, "table": table, "verdict": text}})
-    head = (f"## Multimodal targets: does {CLAIM}?\n\nCommand: `{command}`  \n"
+    head = (f"## Multimodal targets: does score-based VI avoid the ELBO's mode collapse?\n\n"
+            f"Command: `{command}`  \n"
             f"Budget {data['budget']} score evaluations per run, seeds {data['seeds']}; "
             f"wall time {data['wall_seconds']:.0f} s\n")
     cols = ["row", "hyper", "reverse_kl", "forward_kl", "modes_found", "per_seed",

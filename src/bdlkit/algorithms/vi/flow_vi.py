@@ -1,15 +1,17 @@
 """score_vi and advi with a normalizing-flow family (``family="flow"`` or ``"spline"``;
 derivations and measurements: ``docs/flows.md``).
 
-``family="spline"`` (:mod:`bdlkit.families.spline`) is a monotone spline per tensor on top
-of the diagonal Gaussian, on every random parameter: O(d), for whole networks.
-``family="flow"``: on a Target the flow is on all of θ. On a network (a BayesianModel) it is on the tensors
-``flow_on`` selects (default the last layer), with a diagonal Gaussian on the other
-Bayesian parameters: the parameters are laid out as one vector, the selected tensors
-first (:class:`bdlkit.families.layout.Layout`), and the family is the flow on that
-leading block times the Gaussian on the rest (``FlowFamily(flowed=m)``). The network
-itself is only ever called on draws, one forward and backward per draw, as for the
-diagonal family; the flow's graph never reaches it.
+``family="spline"`` (:mod:`bdlkit.families.spline`) is a monotone spline per tensor on
+top of the diagonal Gaussian, on every random parameter: O(d), for whole networks.
+``family="flow"``: on a Target the flow is on all of θ. On a network (a BayesianModel)
+it is on the tensors ``flow_on`` selects (default the last layer), with a diagonal
+Gaussian on the other random parameters: they are laid out as one vector, the selected
+tensors first (:class:`bdlkit.families.layout.Layout`), and the family is the flow on
+that leading block times the Gaussian on the rest (``FlowFamily(flowed=m)``). score_vi's
+loss is then the flow block's (over m), and the Gaussian block takes score_vi's own
+Rao-Blackwellised diagonal gradients (:func:`score_step`). The network is only ever
+called on draws, one forward and backward per draw, as for the diagonal family; the
+flow's graph never reaches it.
 
 Both take S draws θ_k and their minibatch scores ŝ_k = ∇log π̂(θ_k) per step and move the
 flow parameters λ (:mod:`bdlkit.families.flow`) with the method's optimiser:
