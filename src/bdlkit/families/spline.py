@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bdlkit.families.flow import MOMENT_DRAWS, FlowParams, score_of, zuko_module
+from bdlkit.families.flow import MOMENT_DRAWS, FlowParams, score_of, stable_spline
 
 BOUND = 5.0  # the splines act on [−B, B] (in units of the Gaussian's scale)
 PREFIX = "spline."
@@ -81,7 +81,7 @@ class SplineFamily:
                    for name, n in zeros.items()}}
 
     def _splines(self, params: FlowParams) -> list:
-        spline = zuko_module().transforms.MonotonicRQSTransform
+        spline = stable_spline()
         w, h, d = (params[PREFIX + n] for n in ("widths", "heights", "derivatives"))
         return [spline(w[c], h[c], d[c], bound=BOUND) for c in range(len(self.sizes))]
 
