@@ -157,7 +157,7 @@ def test_the_spline_family_shares_one_spline_per_tensor():
     assert lam["spline.widths"].shape == (2, 4) and lam["spline.derivatives"].shape == (2, 3)
     lam["spline.heights"] = torch.tensor([[4.0, 0, 0, -4.0], [0.0, 0, 0, 0]], dtype=F64)
     z = torch.linspace(-6, 6, 101, dtype=F64)[:, None].expand(101, 5)
-    h = family._each(lam, z, lambda spline, part: spline(part))
+    h = family._each(family._splines(lam), z, lambda spline, part: spline(part))
     assert torch.equal(h[:, 1], h[:, 0]) and torch.equal(h[:, 2], h[:, 0])  # one spline
     assert torch.allclose(h[:, 3:], z[:, 3:], atol=1e-12)  # the other tensor's: identity
     assert (h[:, 0] - z[:, 0]).abs().max() > 0.5 and bool((h[1:, 0] > h[:-1, 0]).all())

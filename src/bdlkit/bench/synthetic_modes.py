@@ -161,11 +161,12 @@ def run_one(setting: Setting, spec: MethodSpec, hyper: dict[str, Any], seed: int
     import bdlkit
 
     target = make_target(setting, seed)
-    steps = max(1, evals // scores_per_step(spec.method, hyper))
+    per_step = scores_per_step(spec.method, hyper)
+    steps = max(1, evals // per_step)
     options = {k: (v.resolve(steps) if isinstance(v, Annealed) else v) for k, v in hyper.items()}
     rec: dict[str, Any] = {"setting": setting.name, "row": spec.label, "method": spec.method,
                            "hyper": describe(hyper), "seed": seed, "steps": steps,
-                           "score_evals": steps * scores_per_step(spec.method, hyper)}
+                           "score_evals": steps * per_step}
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():

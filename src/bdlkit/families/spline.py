@@ -85,11 +85,10 @@ class SplineFamily:
         w, h, d = (params[PREFIX + n] for n in ("widths", "heights", "derivatives"))
         return [spline(w[c], h[c], d[c], bound=BOUND) for c in range(len(self.sizes))]
 
-    def _each(self, params: FlowParams, x: Tensor,
+    def _each(self, splines: list, x: Tensor,
               op: Callable[[object, Tensor], Tensor]) -> Tensor:
         parts = torch.split(x, list(self.sizes), dim=-1)
-        return torch.cat([op(s, p) for s, p in zip(self._splines(params), parts, strict=True)],
-                         dim=-1)
+        return torch.cat([op(s, p) for s, p in zip(splines, parts, strict=True)], dim=-1)
 
     # ------------------------------------------------------------------ q
     def sample(self, params: FlowParams, n: int, generator: torch.Generator) -> Tensor:
@@ -97,13 +96,15 @@ class SplineFamily:
         loc = params["loc"]
         z = torch.randn((n, self.features), generator=generator, dtype=loc.dtype,
                         device=loc.device)
-        return loc + params["log_scale"].exp() * self._each(params, z, lambda s, p: s(p))
+        return loc + params["log_scale"].exp() * self._each(self._splines(params), z,
+                                                         lambda s, p: s(p))
 
     def log_prob(self, params: FlowParams, theta: Tensor) -> Tensor:
         """log q_λ(θ) for θ of shape ``(..., d)``."""
         x = (theta - params["loc"]) / params["log_scale"].exp()
-        u = self._each(params, x, lambda s, p: s.inv(p))
-        ladj = self._each(params, u, lambda s, p: s.call_and_ladj(p)[1])
+        splines = self._splines(params)  # built once for both passes
+        u = self._each(splines, x, lambda s, p: s.inv(p))
+        ladj = self._each(splines, u, lambda s, p: s.call_and_ladj(p)[1])
         normal = -0.5 * u**2 - 0.5 * math.log(2 * math.pi)
         return (normal - ladj).sum(-1) - params["log_scale"].sum()
 

@@ -273,11 +273,6 @@ def _grads(loss: Tensor, lam: FlowParams) -> FlowParams:
             for (k, v), g in zip(lam.items(), values, strict=True)}
 
 
-def _apply(opt: Any, lr: float, state: FlowVIState, loss: Tensor, lam: FlowParams,
-           anchor: FlowParams, gen: torch.Generator) -> FlowVIState:
-    return _step(opt, lr, state, _grads(loss, lam), anchor, gen)
-
-
 def _step(opt: Any, lr: float, state: FlowVIState, grads: FlowParams, anchor: FlowParams,
           gen: torch.Generator) -> FlowVIState:
     updates, opt_state = opt.update(grads, state.opt_state, state.lam, lr)
@@ -400,7 +395,7 @@ def elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: float,
         value, scores = problem_scores(problem, layout, thetas.detach(), batch)
         log_q = family.log_prob(frozen if stl else lam, thetas)
         surrogate = -((scores.detach() * thetas).sum(-1) - log_q).mean() / family.features
-    new = _apply(opt, lr, state, surrogate, lam, state.anchor, gen)
+    new = _step(opt, lr, state, _grads(surrogate, lam), state.anchor, gen)
     checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
               (torch.isfinite(surrogate), "the flow's ELBO estimate (its log q)")]
     return new, _info(value, checks, elbo=float((value - log_q.detach().mean()).detach()))
