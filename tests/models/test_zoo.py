@@ -197,7 +197,7 @@ def test_cnn_validation():
 
 
 def test_registry_and_build_model():
-    assert set(MODELS) == {"mlp", "cnn", "resnet20_frn", "vit"}
+    assert set(MODELS) == {"mlp", "cnn", "resnet20_frn", "vit", "koopa"}
     assert isinstance(build_model("cnn", width=4, depth=1), ConvNet)
     assert isinstance(build_model("mlp", in_features=4, out_features=2), MLP)
     assert isinstance(build_model("vit", dim=16, depth=1, heads=2), ViT)

@@ -35,3 +35,19 @@ def test_errors_name_the_problem():
         select_parameters(net(), nn.LSTM)
     with pytest.raises(ValueError, match="must be"):
         select_parameters(net(), 3)
+
+
+def test_groups_the_module_declares():
+    """Koopa's parameter_groups: a group alone, in a list with names, and a bad name."""
+    from bdlkit.models import Koopa
+
+    net = Koopa(16, 8, 2, [0], dynamic_dim=4, hidden_dim=6, num_blocks=2)
+    assert select_parameters(net, "operators") == ["operators.0", "operators.1"]
+    assert select_parameters(net, "last_block") == ["operators.1"]
+    head = select_parameters(net, "head")
+    assert head == ["dec_inv.3.weight", "dec_inv.3.bias", "dec_var.3.weight", "dec_var.3.bias",
+                    "operators.0", "operators.1"]
+    assert select_parameters(net, ["last_block", "enc_inv.0.bias"]) == ["enc_inv.0.bias",
+                                                                       "operators.1"]
+    with pytest.raises(ValueError, match="match no parameter"):
+        select_parameters(net, ["head", "nope"])

@@ -1,16 +1,19 @@
 """bdlkit's small model zoo: plain ``torch.nn.Module``s that work with ``torch.func``.
 
 Registry names: ``"mlp"`` (:class:`MLP`), ``"cnn"`` (the L2E meta-training
-:class:`ConvNet`), ``"resnet20_frn"`` (:func:`resnet20_frn`), ``"vit"`` (:class:`ViT`).
+:class:`ConvNet`), ``"resnet20_frn"`` (:func:`resnet20_frn`), ``"vit"`` (:class:`ViT`),
+``"koopa"`` (the :class:`Koopa` forecaster; :func:`forecaster_for` builds it for a data set).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
 from bdlkit.models.cnn import ConvNet, haiku_init_
+from bdlkit.models.koopa import Koopa, koopa_for_data, mask_spectrum
 from bdlkit.models.mlp import MLP
 from bdlkit.models.resnet_frn import BasicBlockFRN, FilterResponseNorm, ResNetFRN, resnet20_frn
 from bdlkit.models.vit import ViT
@@ -20,6 +23,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "cnn": ConvNet,
     "resnet20_frn": resnet20_frn,
     "vit": ViT,
+    "koopa": Koopa,
 }
 
 
@@ -51,6 +55,9 @@ def build_for_data(
     shape = tuple(int(s) for s in input_shape)
     if name == "mlp":
         return MLP(shape, out_features, **kwargs)
+    if name == "koopa":
+        raise ValueError("model 'koopa' is a forecaster: it needs forecasting data (ett/ETTh2, "
+                         "exchange_rate, ili or a time-series .csv)")
     if len(shape) != 3:
         raise ValueError(
             f"model {name!r} needs image inputs (channels, height, width), but the data have "
@@ -65,6 +72,23 @@ def build_for_data(
     return ViT(image_size=shape[1], in_channels=shape[0], num_classes=out_features, **kwargs)
 
 
+def forecaster_for(name: str, ds: Any, **kwargs: object) -> nn.Module:
+    """Model ``name`` for the forecasting data set ``ds``: windows ``(n, L, C)`` to
+    forecasts ``(n, H, C)``.
+
+    ``"koopa"`` takes its mask spectrum from ``ds.x_train`` and, for the official data sets
+    and horizons, the sizes of the official scripts (:func:`koopa_for_data`); any other zoo
+    model maps the flattened window to ``H · C`` outputs, reshaped to ``(H, C)``.
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
+    horizon, channels = ds.y_train.shape[1], ds.y_train.shape[2]
+    if name == "koopa":
+        return koopa_for_data(ds.x_train, horizon, dataset=ds.name, **kwargs)
+    net = build_for_data(name, tuple(ds.x_train.shape[1:]), horizon * channels, **kwargs)
+    return nn.Sequential(net, nn.Unflatten(1, (horizon, channels)))
+
+
 __all__ = [
     "build_for_data",
     "MODELS",
@@ -72,6 +96,10 @@ __all__ = [
     "BasicBlockFRN",
     "ConvNet",
     "FilterResponseNorm",
+    "Koopa",
+    "forecaster_for",
+    "koopa_for_data",
+    "mask_spectrum",
     "ResNetFRN",
     "ViT",
     "build_model",

@@ -8,7 +8,10 @@
 - a list of names or ``fnmatch`` patterns (``["fc.*", "head.weight"]``); a name also
   selects everything below it (``"layer3"`` selects ``layer3.0.conv1.weight``);
 - a module type or tuple of types (``nn.Linear``): parameters owned by such modules;
-- a callable ``(name, parameter) -> bool``.
+- a callable ``(name, parameter) -> bool``;
+- a group the module declares in a ``parameter_groups`` mapping (group name → names or
+  patterns), alone or in a list: Koopa declares ``"operators"``, ``"decoders"``,
+  ``"head"`` and ``"last_block"`` (:class:`bdlkit.models.Koopa`).
 
 Unselected parameters stay deterministic at their current values.
 """
@@ -36,6 +39,12 @@ def select_parameters(module: nn.Module, bayesian: Selection = "all",
     if not names:
         raise ValueError("the module has no parameters")
     chosen: list[str]
+    groups: dict[str, tuple[str, ...]] = dict(getattr(module, "parameter_groups", {}))
+    if isinstance(bayesian, str) and bayesian in groups:
+        bayesian = groups[bayesian]
+    elif (isinstance(bayesian, Sequence) and not isinstance(bayesian, str)
+          and all(isinstance(p, str) for p in bayesian)):
+        bayesian = [q for p in bayesian for q in groups.get(p, (p,))]
     if isinstance(bayesian, str) and bayesian == "all":
         chosen = names
     elif isinstance(bayesian, str) and bayesian == "last_layer":
@@ -69,6 +78,19 @@ def select_parameters(module: nn.Module, bayesian: Selection = "all",
         raise ValueError(f"{option}={bayesian!r} selects no parameter; names look like "
                          f"{names[:4]}")
     return chosen
+
+
+def parameter_selection(text: Any) -> Any:
+    """A command-line selection: ``"all"`` and ``"last_layer"`` stay as they are; any other
+    string, split at commas, becomes a tuple of names, patterns or module groups (expanded by
+    :func:`select_parameters`)."""
+    if not isinstance(text, str) or text in ("all", "last_layer"):
+        return text
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise ValueError("bayesian= names no parameter: give 'all', 'last_layer', a model's "
+                         "group or names/patterns")
+    return names
 
 
 def _matches(name: str, pattern: Any) -> bool:
