@@ -17,7 +17,8 @@ Sources and split conventions (details in each module's docstring):
   splits and scaling (:mod:`.timeseries`).
 * ``posteriordb/<posterior>``: posteriors with reference draws (:mod:`.posteriordb`);
   ``synthetic/<kind>``: generated targets (:mod:`.synthetic`).
-* a path ending in ``.npz`` or ``.csv``: a user file (:mod:`.files`).
+* a path ending in ``.npz`` or ``.csv``: a user file (:mod:`.files`); a ``.csv`` given a
+  ``horizon`` is a time series, cut into forecasting windows (:func:`.timeseries.load_csv_series`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any
             ``etth2``, ``exchange`` and ``illness`` are accepted too) or a file path.
         root: data root (see :mod:`bdlkit.data.roots`); ignored for generated data.
         **kwargs: passed to the specific loader (e.g. ``split=3`` for UCI, ``horizon=24``
-            for forecasting, ``train_size=2000`` for MNIST).
+            for forecasting, ``train_size=2000`` for MNIST); ``horizon`` (or ``lookback``)
+            makes a ``.csv`` a time series (``target=``, ``lookback=``, ``features=``, ``date_column=``).
 
     Returns:
         A :class:`Dataset`, or for ``posteriordb/...`` and ``synthetic/...`` whatever those
@@ -110,6 +112,8 @@ def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any
         canonical = None
     if canonical is not None:
         return load_forecasting(canonical, root=root, **kwargs)
+    if Path(text).suffix.lower() == ".csv" and {"horizon", "lookback"} & set(kwargs):
+        return load_csv_series(text, **kwargs)
     if Path(text).suffix.lower() in (".npz", ".csv"):
         return load_file(text, **kwargs)  # a missing file raises FileNotFoundError
     raise _unknown(text)

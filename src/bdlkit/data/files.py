@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bdlkit.data.csv_series import numeric_columns, read_table
 from bdlkit.data.dataset import Dataset, as_float, as_labels
-from bdlkit.data.timeseries import numeric_columns, read_table
 
 SUPPORTED_EXTENSIONS = (".npz", ".csv")
 

@@ -21,27 +21,34 @@ look-back ``L`` (default ``2 * horizon``, as in Koopa) and horizon ``H``:
   (``meta["mean"]``/``meta["std"]`` undo it).
 * Stride-1 windows: window ``i`` has input rows ``[i, i + L)`` and target rows
   ``[i + L, i + L + H)``, so a split of ``r`` rows gives ``r - L - H + 1`` windows.
-  x is ``(n, L, C)`` and y ``(n, H, C)``; ``features="S"`` keeps only the target column
-  (C = 1), ``"M"`` all columns.
+  x is ``(n, L, C)`` and y ``(n, H, C)``; ``features="M"`` (the default) keeps every
+  column, ``"S"`` only the target (C = 1).
+
+Bad input is refused with a ``ValueError`` naming the file, column or row and the fix: empty,
+repeated, backward or skipped ISO time stamps; non-numeric, empty or NaN cells; an unknown
+target; a split shorter than ``L + H``; ``horizon < 1``, ``lookback < horizon`` or non-integer
+lengths. Channels constant over the training rows get std 1, ``meta["constant_channels"]`` and
+a :class:`UserWarning`.
 
 CSV files are read with the :mod:`csv` module (no pandas dependency).
 """
 
 from __future__ import annotations
 
-import csv
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from bdlkit.data.csv_series import parse_series
 from bdlkit.data.dataset import Dataset, as_float
 from bdlkit.data.roots import find
 from bdlkit.data.uci import standardisation_stats
 
-Features = Literal["S", "M"]
+Features = Literal["S", "M", "s", "m"]
 
 FORECASTING: dict[str, dict[str, str]] = {
     "ett/ETTh2": {"file": "ETDataset/ETT-small/ETTh2.csv", "kind": "ett_hour"},
@@ -74,81 +81,6 @@ def forecasting_name(name: str) -> str:
     return _ALIASES[key]
 
 
-def numeric_columns(
-    path: Path, header: list[str], rows: list[list[str]], columns: list[int]
-) -> np.ndarray:
-    """The given columns of CSV rows as a float64 array (empty cells become NaN)."""
-    values = np.empty((len(rows), len(columns)), dtype=np.float64)
-    for i, row in enumerate(rows):
-        for k, j in enumerate(columns):
-            cell = row[j].strip()
-            try:
-                values[i, k] = float(cell) if cell else np.nan
-            except ValueError:
-                raise ValueError(
-                    f"{path}: non-numeric value {cell!r} in column {header[j]!r}, data row {i + 1}"
-                ) from None
-    return values
-
-
-def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
-    """Header and data rows of a comma-separated file (blank lines skipped)."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise ValueError(f"{path}: empty CSV file") from None
-        rows = [row for row in reader if row and any(cell.strip() for cell in row)]
-    for i, row in enumerate(rows):
-        if len(row) != len(header):
-            raise ValueError(
-                f"{path}: data row {i + 1} has {len(row)} fields, the header has {len(header)}"
-            )
-    return header, rows
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _parse_series(
-    path: Path, target: str | None, date_column: str | None = "date"
-) -> tuple[list[str], np.ndarray, list[str] | None]:
-    """Numeric columns (others first, target last), values ``(T, C)`` float64, and dates."""
-    header, rows = read_table(path)
-    if not rows:
-        raise ValueError(f"{path}: no data rows")
-    lower = [h.lower() for h in header]
-    date_idx: int | None = None
-    if date_column is not None and date_column.lower() in lower:
-        date_idx = lower.index(date_column.lower())
-    elif not _is_number(rows[0][0]):
-        date_idx = 0  # a non-numeric first column is taken as the time stamp
-    numeric = [j for j in range(len(header)) if j != date_idx]
-    if not numeric:
-        raise ValueError(f"{path}: no numeric columns")
-    if target is None:
-        tgt = numeric[-1]
-    elif target in header:
-        tgt = header.index(target)
-    else:
-        raise ValueError(f"{path}: target column {target!r} not in header {header}")
-    if tgt == date_idx:
-        raise ValueError(f"{path}: the target column {target!r} is the date column")
-    order = [j for j in numeric if j != tgt] + [tgt]
-    values = numeric_columns(path, header, rows, order)
-    bad = ~np.isfinite(values).all(axis=1)
-    if bad.any():
-        raise ValueError(f"{path}: {int(bad.sum())} rows contain NaN/inf or empty values")
-    dates = [row[date_idx] for row in rows] if date_idx is not None else None
-    return [header[j] for j in order], values, dates
-
-
 def _windows(series: torch.Tensor, start: int, end: int, L: int, H: int) -> tuple[Any, Any]:
     """Stride-1 windows of rows ``[start, end)``: x ``(n, L, C)``, y ``(n, H, C)``."""
     x = series[start : end - H].unfold(0, L, 1).transpose(1, 2).contiguous()
@@ -156,8 +88,34 @@ def _windows(series: torch.Tensor, start: int, end: int, L: int, H: int) -> tupl
     return x, y
 
 
+def _features(name: str, features: Any) -> str:
+    """``"S"`` or ``"M"`` (case-insensitive)."""
+    if not isinstance(features, str) or features.strip().upper() not in ("S", "M"):
+        raise ValueError(f"{name}: features must be 'S' (target) or 'M' (all), got {features!r}")
+    return features.strip().upper()
+
+
+def _split_rows_error(
+    path: Path, part: str, start: int, end: int, lookback: int, horizon: int
+) -> ValueError:
+    """A split with fewer than ``lookback + horizon`` rows, and which option to change."""
+    rows, new = end - max(start, 0), end - max(start, 0) - lookback
+    if part == "train":
+        fix = f"lower horizon= or lookback= (default 2 * horizon) to a sum <= {rows}"
+    elif new >= 1:
+        fix = f"lower horizon= to at most {new} (this split starts lookback rows early)"
+    else:
+        fix = "lower lookback= and horizon="
+    return ValueError(
+        f"{path}: the {part} split (rows [{start}, {end})) has {rows} rows, too "
+        f"few for look-back {lookback} + horizon {horizon}: each split needs at least "
+        f"{lookback + horizon} rows. Fix: {fix}, or use a longer series"
+    )
+
+
 def _build(
     name: str,
+    path: Path,
     columns: list[str],
     values: np.ndarray,
     borders: tuple[tuple[int, int], tuple[int, int], tuple[int, int]],
@@ -167,20 +125,24 @@ def _build(
     meta: dict[str, Any],
 ) -> Dataset:
     """Select features, scale with training statistics, cut windows, wrap in a Dataset."""
-    if features not in ("S", "M"):
-        raise ValueError(
-            f"{name}: features must be 'S' (target only) or 'M' (all), got {features!r}"
-        )
+    features = _features(name, features)
     if features == "S":
         columns, values = columns[-1:], values[:, -1:]
     for part, (start, end) in zip(("train", "val", "test"), borders):
         if start < 0 or end - start - lookback - horizon + 1 < 1:
-            raise ValueError(
-                f"{name}: the {part} rows [{start}, {end}) are too few for look-back {lookback} "
-                f"+ horizon {horizon} (need at least {lookback + horizon} rows)"
-            )
+            raise _split_rows_error(path, part, start, end, lookback, horizon)
     train_rows = values[borders[0][0] : borders[0][1]]
     mean, std = standardisation_stats(train_rows)  # population std, as StandardScaler
+    raw_std = train_rows.std(axis=0)  # the same test as standardisation_stats
+    constant = [c for c, s, m in zip(columns, raw_std, mean) if s == 0 or s <= 1e-10 * abs(m)]
+    if constant:
+        warnings.warn(
+            f"{name} ({path}): channel(s) {', '.join(map(repr, constant))} are constant over "
+            f"the {len(train_rows)} training rows; their std is set to 1, so they are only "
+            f"centred (see meta['constant_channels'])",
+            UserWarning,
+            stacklevel=3,
+        )
     series = as_float((values - mean) / std)
     (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = (
         _windows(series, s, e, lookback, horizon) for s, e in borders
@@ -196,19 +158,34 @@ def _build(
         n_rows=len(values),
         mean=mean.tolist(),
         std=std.tolist(),
+        constant_channels=constant,
         scaling="StandardScaler (population std) fitted on the training rows",
     )
     return Dataset(name, "forecasting", x_tr, y_tr, x_te, y_te, x_val=x_va, y_val=y_va, meta=meta)
 
 
-def _check_lengths(name: str, horizon: int, lookback: int | None) -> int:
-    """Validate horizon/lookback; return the look-back (default ``2 * horizon``)."""
-    if not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"{name}: horizon must be a positive integer, got {horizon}")
-    lookback = 2 * horizon if lookback is None else lookback
-    if not isinstance(lookback, int) or lookback < 1:
-        raise ValueError(f"{name}: lookback must be a positive integer, got {lookback}")
-    return lookback
+def _positive_int(name: str, what: str, value: Any) -> int:
+    """``value`` as a positive int; bools, floats and strings are refused."""
+    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not is_int or value < 1:
+        raise ValueError(
+            f"{name}: {what} must be a positive integer, got {value!r} "
+            f"({type(value).__name__}). Fix: pass {what}= an int >= 1"
+        )
+    return int(value)
+
+
+def _check_lengths(name: str, horizon: Any, lookback: Any) -> tuple[int, int]:
+    """Validate horizon/lookback; return both (look-back default ``2 * horizon``)."""
+    horizon = _positive_int(name, "horizon", horizon)
+    lookback = 2 * horizon if lookback is None else _positive_int(name, "lookback", lookback)
+    if lookback < horizon:
+        raise ValueError(
+            f"{name}: lookback {lookback} is shorter than horizon {horizon}; Koopa-style models "
+            f"need lookback >= horizon. Fix: pass lookback >= {horizon}, or leave it unset for "
+            f"the default 2 * horizon = {2 * horizon}"
+        )
+    return horizon, lookback
 
 
 def _custom_borders(n: int, lookback: int) -> tuple[tuple[int, int], ...]:
@@ -223,7 +200,7 @@ def load_forecasting(
     root: str | os.PathLike | None = None,
     horizon: int | None = None,
     lookback: int | None = None,
-    features: Features = "S",
+    features: Features = "M",
 ) -> Dataset:
     """Load ETTh2, Exchange rate or ILI as Koopa does (splits, scaling, windows above).
 
@@ -232,66 +209,66 @@ def load_forecasting(
         root: data root (see :mod:`bdlkit.data.roots`).
         horizon: forecast length H (default: the shortest Koopa horizon, 24 for ILI and
             48 otherwise).
-        lookback: input length L (default ``2 * horizon``).
-        features: ``"S"`` only the ``OT`` column, ``"M"`` all columns.
+        lookback: input length L (default ``2 * horizon``; must be ``>= horizon``).
+        features: ``"M"`` (default) all columns, as in the Koopa and score-VI tables;
+            ``"S"`` only the ``OT`` column (either case).
     """
     canonical = forecasting_name(name)
     if horizon is None:
         horizon = 24 if canonical == "ili" else 48
     spec = FORECASTING[canonical]
-    lookback = _check_lengths(canonical, horizon, lookback)
+    horizon, lookback = _check_lengths(canonical, horizon, lookback)
+    features = _features(canonical, features)
     path = find(spec["file"], root, what=f"the {canonical} CSV")
-    columns, values, dates = _parse_series(path, target="OT")
+    columns, values, parsed = parse_series(path, target="OT")
     n = len(values)
     if spec["kind"] == "ett_hour":
         b1, b2, b3 = _ETT_HOUR_BORDERS
         if n < b3:
-            raise ValueError(f"{path}: ETT protocol needs at least {b3} rows, found {n}")
+            raise ValueError(
+                f"{path}: the ETT protocol needs at least {b3} rows (12/4/4 months), found {n}. "
+                f"Fix: use the complete ETTh2.csv"
+            )
         borders = ((0, b1), (b1 - lookback, b2), (b2 - lookback, b3))
         split = "ETT hourly: 12/4/4 months of 30 days"
     else:
         borders = _custom_borders(n, lookback)
         split = "custom: 70/10/20 in time order"
-    meta = {
-        "source": spec["file"],
-        "file": str(path),
-        "split": split,
-        "first_date": dates[0] if dates else None,
-        "last_date": dates[-1] if dates else None,
-    }
-    return _build(canonical, columns, values, borders, lookback, horizon, features, meta)
+    meta = {"source": spec["file"], "file": str(path), "split": split, **parsed}
+    return _build(canonical, path, columns, values, borders, lookback, horizon, features, meta)
 
 
 def load_csv_series(
     path: str | os.PathLike,
     horizon: int = 96,
     lookback: int | None = None,
-    features: Features = "S",
+    features: Features = "M",
     target: str | None = None,
     date_column: str | None = "date",
     name: str | None = None,
+    allow_gaps: bool = False,
 ) -> Dataset:
     """Load a user CSV time series with the custom 70/10/20 protocol.
 
-    The file needs a header row. A column named ``date_column`` (or a non-numeric first
-    column) is taken as the time stamp and dropped; all other columns must be numeric.
-    The target is the column ``target`` or else the last numeric column.
+    The file needs a header row. The column ``date_column`` (default ``"date"``; when that
+    is absent, a non-numeric first column) is the time stamp and is dropped;
+    ``date_column=None`` means the file has none. All other columns must be numeric. The
+    target is the column ``target`` or else the last numeric column. ISO time stamps that
+    skip steps of a regular grid are refused unless ``allow_gaps=True`` (e.g. business days).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"time-series CSV not found: {path}")
     label = name or path.stem
-    lookback = _check_lengths(label, horizon, lookback)
-    columns, values, dates = _parse_series(path, target=target, date_column=date_column)
+    horizon, lookback = _check_lengths(str(path), horizon, lookback)
+    features = _features(str(path), features)
+    columns, values, parsed = parse_series(
+        path, target=target, date_column=date_column, allow_gaps=bool(allow_gaps)
+    )
     borders = _custom_borders(len(values), lookback)
-    meta = {
-        "source": "user CSV",
-        "file": str(path),
-        "split": "custom: 70/10/20 in time order",
-        "first_date": dates[0] if dates else None,
-        "last_date": dates[-1] if dates else None,
-    }
-    return _build(label, columns, values, borders, lookback, horizon, features, meta)
+    split = "custom: 70/10/20 in time order"
+    meta = {"source": "user CSV", "file": str(path), "split": split, **parsed}
+    return _build(label, path, columns, values, borders, lookback, horizon, features, meta)
 
 
 def expected_windows(n_rows: int, lookback: int, horizon: int) -> int:
