@@ -29,6 +29,7 @@ from bdlkit.core.protocol import Algorithm, Problem
 from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree
 from bdlkit.engine.collect import SampleStore
+from bdlkit.evaluation.forecast import forecast_mixture
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA, bma
 from bdlkit.families import diag_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussian
@@ -183,6 +184,17 @@ class Result:
                 return out.probs[:, 1].to(dtype)  # p(y = 1), as the likelihood's predictive
             return out.probs.to(dtype)
         return GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
+
+    def forecast(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
+        """The predictive of a forecaster at windows ``x (n, L, C)``: the mixture over draws
+        of the per-draw Gaussians, a :class:`~bdlkit.metrics.forecasting.GaussianMixture`
+        with ``mean``, ``var``, ``quantile(τ)``, ``interval(level)``, ``log_prob``, ``cdf``
+        and ``crps`` (``docs/koopa.md``)."""
+        if self.problem is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        return forecast_mixture(self.problem, self.iter_draws(num_samples), x, chunk_size)
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:

@@ -26,7 +26,9 @@ from torch import Tensor
 
 from bdlkit import metrics
 from bdlkit.core.draws import KeptDraws
+from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
+from bdlkit.metrics.forecasting import GaussianMixture
 
 if TYPE_CHECKING:  # a result is read here, made by the engine above
     from bdlkit.engine.result import Result
@@ -39,7 +41,7 @@ class Evaluation:
     """Metrics plus what the plots need."""
 
     metrics: dict[str, Any]
-    test: ClassificationBMA | RegressionBMA
+    test: ClassificationBMA | RegressionBMA | GaussianMixture
     diagnostics: dict[str, Any] | None = None  # incl. tensors for plots (not JSON)
 
 
@@ -64,8 +66,20 @@ def evaluate(
             its members are independent runs, not a chain, so R̂/ESS do not apply).
     """
     y = ds.y_test
-    test = result.predictive(ds.x_test, y, num_samples=num_samples)
     values: dict[str, Any] = {}
+    classes = getattr(getattr(result.problem, "likelihood", None), "task", "") == "classification"
+    if not classes and (ood is not None or reference is not None or corruptions):
+        raise ValueError("--ood, --reference and --corruptions need a classification run")
+    if getattr(ds, "task", None) == "forecasting":
+        if result.problem is None:
+            raise ValueError("this result was loaded without its problem; pass problem= to load")
+        if num_samples < 1 or len(ds.x_test) == 0:
+            raise ValueError(f"a forecast needs num_samples >= 1 (got {num_samples}) and test "
+                             f"windows (got {len(ds.x_test)})")
+        test = forecast_mixture(result.problem, result.iter_draws(num_samples), ds.x_test)
+        values.update(forecast_values(test, y, ds))
+    else:
+        test = result.predictive(ds.x_test, y, num_samples=num_samples)
     if isinstance(test, ClassificationBMA):
         values.update(classification_values(test, y))
         if ood is not None:
@@ -74,15 +88,14 @@ def evaluate(
             values.update(_reference(test.probs, reference))
         if corruptions:
             values["corruptions"] = _corruptions(result, ds, num_samples)
-    else:
-        if ood is not None or reference is not None or corruptions:
-            raise ValueError("--ood, --reference and --corruptions need a classification run")
+    elif isinstance(test, RegressionBMA):
         values.update(metrics.regression_metrics(test.predictive, y, target_scale(ds),
                                                  test.log_density, test.cdf))
     values["num_test"] = len(y)
-    values["num_draws"] = test.num_samples
+    values["num_draws"] = (test.num_components if isinstance(test, GaussianMixture)
+                           else test.num_samples)
     diag = None
-    if diagnostics and isinstance(result.draws, KeptDraws) and test.num_samples >= 4:
+    if diagnostics and isinstance(result.draws, KeptDraws) and values["num_draws"] >= 4:
         from bdlkit.evaluation.sampling import sampler_diagnostics
 
         diag = sampler_diagnostics(result, ds.x_test[:probe_size])

@@ -141,8 +141,11 @@ class Gaussian(Likelihood):
     Args:
         noise: the noise std σ (fixed), or its initial value when ``learn_noise``.
         learn_noise: infer ``log σ`` as the parameter ``likelihood.log_noise``.
-        heteroscedastic: the network outputs ``2k`` values, mean ``f[:, :k]`` and
-            ``σ = softplus(f[:, k:]) + min_noise``.
+        heteroscedastic: the network outputs ``2k`` values along its last dimension,
+            mean ``f[..., :k]`` and ``σ = softplus(f[..., k:]) + min_noise`` (a forecaster
+            returning ``(B, H, 2C)`` gives a σ per window, step and channel).
+        channels: with ``learn_noise``, one σ per channel (the outputs' last dimension,
+            e.g. the C series of a ``(B, H, C)`` forecast) instead of one shared σ.
     """
 
     name = "gaussian"
@@ -155,11 +158,17 @@ class Gaussian(Likelihood):
         learn_noise: bool = False,
         heteroscedastic: bool = False,
         min_noise: float = 1e-6,
+        channels: int | None = None,
     ) -> None:
         if noise <= 0:
             raise ValueError(f"noise must be > 0, got {noise}")
         if learn_noise and heteroscedastic:
             raise ValueError("choose learn_noise or heteroscedastic, not both")
+        if channels is not None and (not learn_noise or int(channels) != channels
+                                     or channels < 1):
+            raise ValueError(f"channels (a learned σ per channel) needs learn_noise=True and a "
+                             f"positive integer, got channels={channels!r}")
+        self.channels = None if channels is None else int(channels)
         self.noise = float(noise)
         self.learn_noise = learn_noise
         self.heteroscedastic = heteroscedastic
@@ -173,11 +182,13 @@ class Gaussian(Likelihood):
             if self.learn_noise
             else "fixed"
         )
-        return f"Gaussian(noise={self.noise}, mode={mode})"
+        per = f", channels={self.channels}" if self.channels else ""
+        return f"Gaussian(noise={self.noise}, mode={mode}{per})"
 
     def init_params(self, dtype: torch.dtype) -> dict[str, Tensor]:
         if self.learn_noise:
-            return {PREFIX + "log_noise": torch.tensor(math.log(self.noise), dtype=dtype)}
+            shape = (self.channels,) if self.channels else ()
+            return {PREFIX + "log_noise": torch.full(shape, math.log(self.noise), dtype=dtype)}
         return {}
 
     def _mean_std(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
@@ -206,6 +217,9 @@ class Gaussian(Likelihood):
     def check_targets(self, y: Tensor, outputs: Tensor) -> None:
         if not y.dtype.is_floating_point:
             raise ValueError(f"gaussian likelihood needs float targets, got dtype {y.dtype}")
+        if self.channels and (outputs.ndim < 2 or outputs.shape[-1] != self.channels):
+            raise ValueError(f"a σ per channel needs outputs whose last dimension is the "
+                             f"{self.channels} channels, got {tuple(outputs.shape)}")
         per_target = 2 if self.heteroscedastic else 1
         if outputs.shape[0] != y.shape[0] or outputs[0].numel() != per_target * y[0].numel():
             raise ValueError(

@@ -61,6 +61,11 @@ class RunConfig:
     checkpoint_minutes: float = field(
         default=10.0, metadata={"help": "also checkpoint every this many minutes"}
     )
+    bayesian: str = field(
+        default="all", metadata={"help": "random weights: all, last_layer, a model group "
+                                 "(koopa: operators, decoders, head, last_block) or names/"
+                                 "patterns, comma-separated"}
+    )
     data_root: str | None = field(
         default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, ./data, ../shared/data)"}
     )

@@ -35,42 +35,54 @@ from bdlkit.engine.collect import DiskStore
 from bdlkit.engine.result import Result
 from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
-from bdlkit.models import build_for_data
+from bdlkit.models import build_for_data, forecaster_for
 from bdlkit.problems import BayesianModel
 from bdlkit.problems.likelihoods import Gaussian, cat_predictives
+from bdlkit.problems.select import parameter_selection
 from bdlkit.runs import report as run_report
 from bdlkit.runs.config import RunConfig, load_yaml, resolved_hyper, save_yaml
 
-TASKS = ("classification", "regression")
+TASKS = ("classification", "regression", "forecasting")
 CHECKPOINTS_PER_RUN = 10  # the default cadence of a run directory
 
 
 # ---------------------------------------------------------------------- building blocks
 def load_dataset(cfg: RunConfig) -> Any:
-    """The data set of ``cfg`` on ``cfg.device``; only classification and regression."""
+    """The data set of ``cfg`` on ``cfg.device``: classification, regression or forecasting
+    windows (Targets are for the Python API)."""
     ds = data_module.load(cfg.data, root=cfg.data_root, **cfg.data_kwargs)
     task = getattr(ds, "task", None)
     if task not in TASKS:
         raise ValueError(
-            f"bdlkit fit trains networks on classification or regression data; {cfg.data!r} "
-            f"is {task or type(ds).__name__}. Use the Python API (bdlkit.infer) for Targets "
-            "and forecasting windows"
+            f"bdlkit fit trains networks on classification, regression or forecasting data; "
+            f"{cfg.data!r} is {task or type(ds).__name__}. Use the Python API (bdlkit.infer) "
+            "for Targets"
         )
     return ds.to(cfg.device, getattr(torch, cfg.dtype))
 
 
 def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
-    """Network (seeded by ``cfg.seed``), likelihood and prior for ``ds``."""
+    """Network (seeded by ``cfg.seed``), likelihood and prior for ``ds``: a categorical
+    likelihood for classes, a Gaussian with a learned σ for regression and one learned σ
+    per channel for forecasts; ``cfg.bayesian`` says which weights are random."""
     classification = ds.task == "classification"
     out = ds.num_classes if classification else math.prod(ds.y_train.shape[1:]) or 1
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
+        if ds.task == "forecasting":
+            net = forecaster_for(cfg.model, ds, **cfg.model_kwargs)
+        else:
+            net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
     net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
-    likelihood = "categorical" if classification else Gaussian(learn_noise=True)
+    if classification:
+        likelihood: Any = "categorical"
+    elif ds.task == "forecasting":
+        likelihood = Gaussian(learn_noise=True, channels=ds.y_train.shape[-1])
+    else:
+        likelihood = Gaussian(learn_noise=True)
     return BayesianModel(
         net, likelihood, prior=cfg.prior_scale, num_data=ds.num_train,
-        temperature=cfg.temperature,
+        temperature=cfg.temperature, bayesian=parameter_selection(cfg.bayesian),
     )
 
 

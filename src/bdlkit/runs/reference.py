@@ -107,6 +107,9 @@ def build(cfg: RunConfig, out: str | os.PathLike, *, chains: int = 4, workers: i
     previous = out / "reference.json"
     if previous.exists() and not overwrite:
         manifest = load_json(previous)
+        stored = manifest.get("config")
+        if isinstance(stored, dict) and "method" in stored:  # new options get their defaults
+            manifest["config"] = RunConfig.from_dict(stored, f"{previous}").to_dict()
         if {k: manifest.get(k) for k in wanted} == wanted:
             return load(out)
         raise FileExistsError(f"{out} holds a reference built with other options; pass "

@@ -5,8 +5,8 @@ diagnostics with ESS per second (the only wall-time-dependent number, so it live
 and not in ``metrics.json``); the per-layer σ quantiles of a diagonal-Gaussian VI run
 (``Result.sigma_summary``); the run summary; the resolved configuration; plots
 (reliability diagram, training curves, per-layer R̂, function-space traces, ESS per
-layer). Plots need matplotlib (the ``plots`` extra); without it they are skipped and
-the report says so.
+layer, and for a forecaster the forecast with its 50/90 % bands). Plots need matplotlib
+(the ``plots`` extra); without it they are skipped and the report says so.
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from bdlkit.diagnostics import ess_per_second
 from bdlkit.engine.result import Result
 from bdlkit.evaluation import SEVERITIES, Evaluation
 from bdlkit.evaluation.predictive import ClassificationBMA
+from bdlkit.metrics.forecasting import GaussianMixture
 from bdlkit.runs import figures as report
+from bdlkit.runs.forecast_figure import forecast_plot
 
 SIGMA_NOTE = ("Quantiles of the posterior standard deviations σ of q, per parameter tensor "
               "and over all coordinates. σ still near the method's `init_std` means the "
               "approximation is close to a point estimate.\n")
-PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", "trace.png")
+PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", "trace.png",
+         "forecast.png")
 
 
 def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
@@ -75,6 +78,10 @@ def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> 
         made.append(_name(report.reliability_diagram(
             ev.test.probs, ds.y_test, run_dir / "reliability.png",
             title=f"{cfg.method} on {cfg.data}")))
+    if isinstance(ev.test, GaussianMixture):
+        made.append(_name(forecast_plot(
+            ds.x_test, ds.y_test, ev.test, run_dir / "forecast.png",
+            columns=(ds.meta or {}).get("columns"), title=f"{cfg.method} on {cfg.data}")))
     keys = ["log_prob"] + sorted({k for e in result.history for k in e if k.startswith("eval/")})
     made.append(_name(report.history_plot(result.history, run_dir / "history.png", keys)))
     diag = ev.diagnostics or {}
