@@ -25,6 +25,7 @@ from bdlkit.bench import (
     runner_overhead,
     score_vi_study,
     synthetic,
+    timeseries,
 )
 
 Suite = Callable[..., list[dict[str, Any]]]
@@ -41,6 +42,7 @@ SUITES: dict[str, Suite] = {
     "l2e": l2e.run,
     "bnn-lowdata": bnn_lowdata.run,
     "flow-stability": flow_stability.run,
+    "timeseries": timeseries.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -54,6 +56,7 @@ DESCRIPTIONS: dict[str, str] = {
     "l2e": l2e.DESCRIPTION,
     "bnn-lowdata": bnn_lowdata.DESCRIPTION,
     "flow-stability": flow_stability.DESCRIPTION,
+    "timeseries": timeseries.DESCRIPTION,
 }
 
 
@@ -66,7 +69,8 @@ def get_suite(name: str) -> Suite:
 #: Suites that can run a subset of their rows and reuse the others from an earlier run.
 ROW_SUITES = ("synthetic",)
 #: Suites that can run a subset of their rows (``--rows``), side by side, into a new folder.
-METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS)}
+METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS),
+                 "timeseries": tuple(timeseries.ROWS)}
 
 
 def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,
