@@ -20,7 +20,7 @@ def claim(records, key):
 
 
 def test_tiny_plan_end_to_end(tmp_path):
-    plan = timeseries.Plan(("ili-24",), seeds=2, tune=False,
+    plan = timeseries.Plan(("ili-24",), seeds=2,
                            rows=("koopa", "map", "advi", "score_vi"), steps=15,
                            max_windows=64)
     records = timeseries.run(tmp_path, plan=plan)

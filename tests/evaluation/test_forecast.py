@@ -77,3 +77,19 @@ def test_no_draws_is_an_error():
                             num_data=20)
     with pytest.raises(ValueError, match="no draws"):
         forecast_mixture(problem, [], x)
+
+
+def test_persistence_noise_and_a_per_channel_start():
+    from bdlkit.data.timeseries import persistence_noise
+
+    x, y = windows()
+    noise = persistence_noise(x, y)
+    expected = (y - x[:, -1:, :]).square().mean(dim=(0, 1)).sqrt()
+    torch.testing.assert_close(noise, expected)
+    lik = Gaussian(noise.tolist(), learn_noise=True, channels=C)
+    torch.testing.assert_close(lik.init_params(torch.float64)["likelihood.log_noise"],
+                               noise.log())
+    with pytest.raises(ValueError, match="one initial σ per channel"):
+        Gaussian([1.0, 2.0], learn_noise=True, channels=C)
+    with pytest.raises(ValueError, match="> 0"):
+        Gaussian([1.0, -2.0, 1.0], learn_noise=True, channels=C)

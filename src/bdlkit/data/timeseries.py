@@ -271,6 +271,14 @@ def load_csv_series(
     return _build(label, path, columns, values, borders, lookback, horizon, features, meta)
 
 
+def persistence_noise(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-channel RMS error ``(C,)`` of the naive forecast that repeats each window's last
+    look-back value over the horizon: a data scale for the noise σ a forecaster starts from
+    (computed on training windows only; floored at 1e-3)."""
+    err = y.double() - x[:, -1:, :].double()
+    return err.square().mean(dim=(0, 1)).sqrt().clamp_min(1e-3).to(x.dtype)
+
+
 def expected_windows(n_rows: int, lookback: int, horizon: int) -> int:
     """Number of stride-1 windows in ``n_rows`` rows (``max(0, rows - L - H + 1)``)."""
     return max(0, n_rows - lookback - horizon + 1)
@@ -279,6 +287,7 @@ def expected_windows(n_rows: int, lookback: int, horizon: int) -> int:
 __all__ = [
     "FORECASTING",
     "expected_windows",
+    "persistence_noise",
     "forecasting_name",
     "load_csv_series",
     "load_forecasting",

@@ -13,6 +13,7 @@ noise.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -139,7 +140,8 @@ class Gaussian(Likelihood):
     """``y ~ N(f(x), σ²)``, summed over output dimensions.
 
     Args:
-        noise: the noise std σ (fixed), or its initial value when ``learn_noise``.
+        noise: the noise std σ (fixed), or its initial value when ``learn_noise`` (with
+            ``channels``, one value or one per channel).
         learn_noise: infer ``log σ`` as the parameter ``likelihood.log_noise``.
         heteroscedastic: the network outputs ``2k`` values along its last dimension,
             mean ``f[..., :k]`` and ``σ = softplus(f[..., k:]) + min_noise`` (a forecaster
@@ -153,15 +155,19 @@ class Gaussian(Likelihood):
 
     def __init__(
         self,
-        noise: float = 1.0,
+        noise: float | Sequence[float] = 1.0,
         *,
         learn_noise: bool = False,
         heteroscedastic: bool = False,
         min_noise: float = 1e-6,
         channels: int | None = None,
     ) -> None:
-        if noise <= 0:
-            raise ValueError(f"noise must be > 0, got {noise}")
+        values = [float(v) for v in noise] if isinstance(noise, Sequence) else [float(noise)]
+        if not all(v > 0 and math.isfinite(v) for v in values):
+            raise ValueError(f"noise must be > 0 and finite, got {noise}")
+        if len(values) > 1 and (channels is None or len(values) != channels):
+            raise ValueError(f"one initial σ per channel needs channels={len(values)} (and "
+                             f"learn_noise=True), got channels={channels!r}")
         if learn_noise and heteroscedastic:
             raise ValueError("choose learn_noise or heteroscedastic, not both")
         if channels is not None and (not learn_noise or int(channels) != channels
@@ -169,7 +175,7 @@ class Gaussian(Likelihood):
             raise ValueError(f"channels (a learned σ per channel) needs learn_noise=True and a "
                              f"positive integer, got channels={channels!r}")
         self.channels = None if channels is None else int(channels)
-        self.noise = float(noise)
+        self.noise = values[0] if len(values) == 1 else tuple(values)
         self.learn_noise = learn_noise
         self.heteroscedastic = heteroscedastic
         self.min_noise = min_noise
@@ -188,7 +194,8 @@ class Gaussian(Likelihood):
     def init_params(self, dtype: torch.dtype) -> dict[str, Tensor]:
         if self.learn_noise:
             shape = (self.channels,) if self.channels else ()
-            return {PREFIX + "log_noise": torch.full(shape, math.log(self.noise), dtype=dtype)}
+            start = torch.as_tensor(self.noise, dtype=dtype).log()
+            return {PREFIX + "log_noise": start.expand(shape).clone()}
         return {}
 
     def _mean_std(self, outputs: Tensor, lik_params: dict[str, Tensor]) -> tuple[Tensor, Tensor]:

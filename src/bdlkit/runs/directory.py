@@ -30,6 +30,7 @@ from bdlkit import data as data_module
 from bdlkit import evaluation, metrics
 from bdlkit.algorithms import get_method
 from bdlkit.core.serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
+from bdlkit.data.timeseries import persistence_noise
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
 from bdlkit.engine.collect import DiskStore
 from bdlkit.engine.result import Result
@@ -76,8 +77,9 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
     net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
     if classification:
         likelihood: Any = "categorical"
-    elif ds.task == "forecasting":
-        likelihood = Gaussian(learn_noise=True, channels=ds.y_train.shape[-1])
+    elif ds.task == "forecasting":  # σ_c starts at the channel's persistence error
+        noise = persistence_noise(ds.x_train, ds.y_train).tolist()
+        likelihood = Gaussian(noise, learn_noise=True, channels=len(noise))
     else:
         likelihood = Gaussian(learn_noise=True)
     return BayesianModel(
