@@ -7,14 +7,14 @@ a flow family improve on ADVI? Measured next to MAP and an SG-MCMC sampler.
 
 Data (:func:`bdlkit.data.load_forecasting`, all channels, ``features="M"``): the official
 borders, StandardScaler on the training rows, look-back L = 2H, metrics in scaled units
-(``docs/koopa.md``). Tasks (:data:`TASKS`): ETTh2 H = 48 and 96, Exchange H = 48, ILI H = 24.
+(``docs/protocols.md``, ``docs/koopa.md``). Tasks (:data:`TASKS`): ETTh2 H = 48 and 96, Exchange H = 48, ILI H = 24.
 
 Rows (:data:`ROWS`):
 
 * ``koopa``: the deterministic Koopa of the papers (:mod:`bdlkit.bench.forecast_baseline`:
   Adam 1e-3, MSE, ≤ 10 epochs, early stopping on the validation MSE, dropout 0.05); its NLL
   and CRPS use one Gaussian per channel with σ_c² = the validation MSE of channel c (the
-  note's floor for a point model);
+  floor for a point model, ``docs/koopa.md`` §2);
 * ``map``, ``advi``, ``score_vi`` (its default, the gradient solver: ADVI's iterates, kept as
   the control it is), ``score_vi_prox`` (the gradient solver with K = 4 inner steps per
   anchor and natural preconditioning, where the proximal term acts), ``advi_flow`` and
