@@ -57,12 +57,11 @@ from bdlkit.bench import timeseries_report as report
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.bench.forecast_baseline import train_forecaster
 from bdlkit.data import load_forecasting
-from bdlkit.data.timeseries import persistence_noise
 from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
 from bdlkit.metrics.forecasting import GaussianMixture
 from bdlkit.models.koopa import koopa_for_data
 from bdlkit.problems import BayesianModel
-from bdlkit.problems.likelihoods import Gaussian
+from bdlkit.runs.directory import forecast_likelihood
 
 DESCRIPTION = ("Bayesian Koopa forecasting (ETTh2, Exchange, ILI): score_vi against ADVI, MAP, "
                "the deterministic Koopa, flows and SGHMC (MSE, MAE, NLL, CRPS, coverage)")
@@ -133,8 +132,9 @@ def load_task(task: str, max_windows: int | None = None) -> Any:
     return dataclasses.replace(ds, **cut)
 
 
-def hyper_for(label: str, point: dict[str, Any]) -> dict[str, Any]:
-    hyper = {**ROWS[label][1], **point}
+def hyper_for(label: str) -> dict[str, Any]:
+    """The row's fixed hyperparameters, its :data:`POINTS` point and σ₀ for the VI rows."""
+    hyper = {**ROWS[label][1], **POINTS.get(label, {})}
     if label in VI_ROWS:
         hyper["init_std"] = INIT_STD
     return hyper
@@ -146,14 +146,14 @@ def _network(task: str, ds: Any, seed: int) -> torch.nn.Module:
     return koopa_for_data(ds.x_train, horizon, dataset=name)
 
 
-def run_row(task: str, ds: Any, label: str, point: dict[str, Any], seed: int,
-            steps: int, split: str = "test") -> tuple[dict[str, Any], GaussianMixture | None]:
-    """One run of ``label`` scored on ``split``; a failure becomes the record's status."""
+def run_row(task: str, ds: Any, label: str, seed: int,
+            steps: int) -> tuple[dict[str, Any], GaussianMixture | None]:
+    """One run of ``label`` scored on the test split; a failure becomes the record's status."""
     method = ROWS[label][0]
-    hyper = hyper_for(label, point) if label != "koopa" else {}
+    hyper = hyper_for(label) if label != "koopa" else {}
     record: dict[str, Any] = {"task": task, "label": label, "method": method, "seed": seed,
                               "hyper": hyper, "status": "ok"}
-    x_eval, y_eval = getattr(ds, f"x_{split}"), getattr(ds, f"y_{split}")
+    x_eval, y_eval = ds.x_test, ds.y_test
     try:
         net = _network(task, ds, seed)
         start = time.perf_counter()
@@ -165,10 +165,8 @@ def run_row(task: str, ds: Any, label: str, point: dict[str, Any], seed: int,
                 record.update(steps=len(trained.history) * (len(ds.x_train) // BATCH),
                               best_epoch=trained.best_epoch)
             else:
-                noise = persistence_noise(ds.x_train, ds.y_train).tolist()
-                problem = BayesianModel(net, Gaussian(noise, learn_noise=True,
-                                                      channels=len(noise)),
-                                        prior=1.0, num_data=len(ds.x_train))
+                problem = BayesianModel(net, forecast_likelihood(ds), prior=1.0,
+                                        num_data=len(ds.x_train))
                 keep = ({"thin": max(1, (steps - steps // 2) // EVAL_DRAWS),
                          "max_samples": EVAL_DRAWS} if method == "sghmc" else {})
                 result = infer(problem, method, data=(ds.x_train, ds.y_train), steps=steps,
@@ -182,9 +180,9 @@ def run_row(task: str, ds: Any, label: str, point: dict[str, Any], seed: int,
         if label == "koopa":
             with torch.no_grad():
                 loc = torch.cat([net(x_eval[i : i + 1024]) for i in range(0, len(x_eval), 1024)])
-            scale = trained.val_channel_mse.sqrt().expand_as(loc)
-            record["noise_sigma"] = float(trained.val_channel_mse.sqrt().mean())
-            mixture = GaussianMixture(loc[None].float(), scale[None].float())
+            sigma = trained.val_channel_mse.sqrt()  # (C,): broadcast over windows and steps
+            record["noise_sigma"] = float(sigma.mean())
+            mixture = GaussianMixture(loc[None].float(), sigma[None].float())
         else:
             mixture = forecast_mixture(problem, result.iter_draws(EVAL_DRAWS), x_eval)
             record["noise_sigma"] = float(result.params["likelihood.log_noise"].exp().mean())
@@ -223,8 +221,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             for label in plan.rows:
                 if task not in ROW_TASKS.get(label, (task,)):
                     continue
-                record, mixture = run_row(task, ds, label, POINTS.get(label, {}), seed + s,
-                                          plan.steps)
+                record, mixture = run_row(task, ds, label, seed + s, plan.steps)
                 records.append(record)
                 say(f"{task} seed {seed + s} {label}: {record['status']} mse "
                      f"{record.get('mse')} nll {record.get('nll')}")

@@ -25,6 +25,7 @@ from typing import Any
 from scipy.stats import t as student_t
 
 from bdlkit.bench.bnn_lowdata import sigma_quantiles
+from bdlkit.bench.bnn_lowdata_report import mean_se
 from bdlkit.bench.common import mean_std
 from bdlkit.core.serialization import atomic_write_bytes
 from bdlkit.runs import figures
@@ -101,12 +102,11 @@ def compare(diffs: Sequence[float] | None, scale: float = 0.0) -> tuple[str, flo
     """``(better | worse | tied | missing, d̄, SE)`` of paired differences (lower is better):
     a difference counts when ``|d̄|`` exceeds both Student's t_{0.975, k−1} · SE and
     :data:`PRACTICAL` · ``scale`` (the baseline's mean)."""
-    if not diffs:
+    mean, se = mean_se(diffs or [])
+    if mean is None:
         return "missing", math.nan, math.nan
-    mean = statistics.fmean(diffs)
-    if len(diffs) < 2:
+    if se is None:
         return "tied", mean, math.nan
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
     bar = max(float(student_t.ppf(0.975, len(diffs) - 1)) * se, PRACTICAL * abs(scale))
     return ("better" if mean < -bar else "worse" if mean > bar else "tied"), mean, se
 

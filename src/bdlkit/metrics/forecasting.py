@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from bdlkit.metrics.regression import coverage_from_cdf, gaussian_nll, mae
+
 __all__ = ["GaussianMixture", "forecast_metrics"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -319,16 +321,15 @@ def forecast_metrics(
     err, crps = mean - t, mixture.crps(t)
     out = {
         "mse": float((err * err).mean()),
-        "mae": float(err.abs().mean()),
+        "mae": mae(mean, t),
         "nll": -float(mixture.log_prob(t).mean()),
-        "nll_gaussian": float((0.5 * torch.log(2 * math.pi * var) + 0.5 * err**2 / var).mean()),
+        "nll_gaussian": gaussian_nll(mean, var, t),
         "crps": float(crps.mean()),
     }
     u = mixture.cdf(t)
     for level, p in zip(levels, percents):
         lower, upper = mixture.interval(level)
-        inside = (u >= (1 - level) / 2) & (u <= (1 + level) / 2)
-        out[f"coverage_{p}"] = float(inside.double().mean())
+        out[f"coverage_{p}"] = coverage_from_cdf(u, level)
         out[f"width_{p}"] = float((upper - lower).mean())
     if units is not None:
         units = units.to(err.device)

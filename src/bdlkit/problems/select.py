@@ -80,16 +80,20 @@ def select_parameters(module: nn.Module, bayesian: Selection = "all",
     return chosen
 
 
-def parameter_selection(text: Any) -> Any:
-    """A command-line selection: ``"all"`` and ``"last_layer"`` stay as they are; any other
-    string, split at commas, becomes a tuple of names, patterns or module groups (expanded by
-    :func:`select_parameters`)."""
-    if not isinstance(text, str) or text in ("all", "last_layer"):
-        return text
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+def parameter_selection(value: Any, option: str = "bayesian") -> str | tuple[str, ...]:
+    """A selection as the command line or a config gives it: ``"all"`` and ``"last_layer"``
+    stay as they are; a comma-separated string or a list becomes a tuple of names, patterns
+    or module groups (expanded by :func:`select_parameters`). ``option`` names the option in
+    the errors (``bayesian``, ``flow_on``)."""
+    if isinstance(value, str) and value in ("all", "last_layer"):
+        return value
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{option} must be 'all', 'last_layer' or parameter names/patterns "
+                         f"(comma-separated), got {value!r}")
+    names = tuple(n.strip() for n in names if n.strip())
     if not names:
-        raise ValueError("bayesian= names no parameter: give 'all', 'last_layer', a model's "
-                         "group or names/patterns")
+        raise ValueError(f"{option} names no parameter: give 'last_layer', 'all' or names")
     return names
 
 

@@ -77,15 +77,21 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
     net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
     if classification:
         likelihood: Any = "categorical"
-    elif ds.task == "forecasting":  # σ_c starts at the channel's persistence error
-        noise = persistence_noise(ds.x_train, ds.y_train).tolist()
-        likelihood = Gaussian(noise, learn_noise=True, channels=len(noise))
+    elif ds.task == "forecasting":
+        likelihood = forecast_likelihood(ds)
     else:
         likelihood = Gaussian(learn_noise=True)
     return BayesianModel(
         net, likelihood, prior=cfg.prior_scale, num_data=ds.num_train,
         temperature=cfg.temperature, bayesian=parameter_selection(cfg.bayesian),
     )
+
+
+def forecast_likelihood(ds: Any) -> Gaussian:
+    """A Gaussian with one learned σ per channel, starting at the channel's persistence error
+    on the training windows (``docs/koopa.md`` §3)."""
+    noise = persistence_noise(ds.x_train, ds.y_train).tolist()
+    return Gaussian(noise, learn_noise=True, channels=len(noise))
 
 
 def eval_split(ds: Any) -> tuple[Tensor, Tensor]:

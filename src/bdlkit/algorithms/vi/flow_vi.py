@@ -72,7 +72,7 @@ from bdlkit.families.flow import FlowApproximation, FlowFamily, FlowParams
 from bdlkit.families.layout import Layout
 from bdlkit.families.spline import SplineFamily
 from bdlkit.problems import BayesianModel, Target
-from bdlkit.problems.select import select_parameters
+from bdlkit.problems.select import parameter_selection, select_parameters
 
 #: (block λ, block anchor, block draws, block scores, α) -> the block's λ-gradients
 GaussianGradients = Callable[[DiagGaussianParams, DiagGaussianParams, Tensor, Tensor, float],
@@ -116,7 +116,7 @@ class FlowOptions:
         """Check the family options and build the flow (``__post_init__`` calls this)."""
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
-        object.__setattr__(self, "flow_on", selection(self.flow_on))
+        object.__setattr__(self, "flow_on", parameter_selection(self.flow_on, "flow_on"))
         if self.flow_on != "last_layer":  # given: it must be able to act
             if self.family != "flow":
                 raise ValueError(f"flow_on is an option of family='flow'; family="
@@ -185,21 +185,6 @@ class FlowVIState:
     opt_state: Any
     rng_state: Tensor
     step: int
-
-
-def selection(flow_on: Any) -> str | tuple[str, ...]:
-    """``flow_on`` as ``"all"``, ``"last_layer"`` or a tuple of names/patterns (a
-    comma-separated string, as the command line gives it, or a list)."""
-    if isinstance(flow_on, str) and flow_on in ("all", "last_layer"):
-        return flow_on
-    names = flow_on.split(",") if isinstance(flow_on, str) else flow_on
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"flow_on must be 'all', 'last_layer' or parameter names/patterns "
-                         f"(comma-separated), got {flow_on!r}")
-    names = tuple(n.strip() for n in names if n.strip())
-    if not names:
-        raise ValueError("flow_on names no parameter: give 'last_layer', 'all' or names")
-    return names
 
 
 def family_for(problem: Problem, transforms: int, bins: int, hidden: int,
