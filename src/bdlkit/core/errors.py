@@ -8,6 +8,22 @@ import sys
 from pathlib import Path
 
 
+class InputError(ValueError):
+    """Input bdlkit refuses: a data file, option, configuration or saved file it cannot use.
+
+    The message names the file or option and the fix. The command line prints it as one
+    line and exits with status 2; the loaders and parsers raise it (or a subclass) for any
+    bad input, never another exception."""
+
+
+class DataError(InputError):
+    """A data set breaks a contract: shapes across splits, labels, sizes or value range."""
+
+
+class CorruptFileError(InputError):
+    """A bdlkit file could not be read back (truncated, corrupt, edited or from another run)."""
+
+
 class NonFiniteError(FloatingPointError):
     """The log density or the parameters became NaN or infinite during inference."""
 

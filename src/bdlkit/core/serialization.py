@@ -22,11 +22,12 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
 
+from bdlkit.core.errors import CorruptFileError
 from bdlkit.core.tree import tree_flatten_with_path, tree_unflatten
 
-
-class CorruptFileError(ValueError):
-    """A bdlkit file could not be read back (truncated, corrupt or from another run)."""
+__all__ = ["CorruptFileError", "atomic_write_bytes", "load_json", "load_tensors",
+           "load_tensors_with_metadata", "save_json", "save_tensors", "state_from_tensors",
+           "state_to_tensors"]
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
