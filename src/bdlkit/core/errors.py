@@ -28,6 +28,11 @@ class NonFiniteError(FloatingPointError):
     """The log density or the parameters became NaN or infinite during inference."""
 
 
+class RecoveryWarning(UserWarning):
+    """bdlkit recovered from damage: a damaged or diverged checkpoint was set aside and the
+    run continues from an earlier one (the message names both files)."""
+
+
 class VIWarning(UserWarning):
     """A VI run finished but its approximation should not be trusted as it is."""
 
