@@ -1,17 +1,30 @@
-"""Safe, atomic files for tensors and states.
+"""Safe, atomic, checksummed files for tensors and states.
 
 Tensors go to ``safetensors`` (never pickle); metadata to JSON. Every file is
-written to a temporary name in the same folder, flushed, fsynced and renamed over
-the target, so a crash leaves either the old file or the new one, never half of
-one. States are flattened with optree into dotted-path keys and rebuilt from a
-template state of the same algorithm (built with the same hyperparameters).
+written to a temporary name in the same folder, flushed, fsynced, renamed over the
+target and its folder fsynced, so a crash leaves either the old file or the new one,
+never half of one, and the rename itself survives a power cut. A temporary file left
+by a process killed mid-write is named ``.<target>.<8 random characters>.tmp``;
+:func:`remove_stale_temps` deletes them (the writer holding the run folder's lock
+calls it).
+
+Every tensor file carries :func:`tensor_digest` (SHA-256 over each tensor's name,
+dtype, shape and bytes) in its metadata under ``bdlkit.sha256`` and is checked against
+it on every read, so a flipped bit in the tensor data is an error naming the file,
+never a silently different number. Files written before checksums existed have no
+digest and are read unchecked. States are flattened with optree into dotted-path keys
+and rebuilt from a template state of the same algorithm (built with the same
+hyperparameters).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,9 +38,12 @@ from torch import Tensor
 from bdlkit.core.errors import CorruptFileError
 from bdlkit.core.tree import tree_flatten_with_path, tree_unflatten
 
-__all__ = ["CorruptFileError", "atomic_write_bytes", "load_json", "load_tensors",
-           "load_tensors_with_metadata", "save_json", "save_tensors", "state_from_tensors",
-           "state_to_tensors"]
+__all__ = ["CorruptFileError", "atomic_write_bytes", "check_digest", "load_json",
+           "load_tensors", "load_tensors_with_metadata", "remove_stale_temps", "save_json",
+           "save_tensors", "state_from_tensors", "state_to_tensors", "tensor_digest"]
+
+DIGEST_KEY = "bdlkit.sha256"  # the metadata entry of a tensor file's checksum
+_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write_bytes' temporary names
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -46,6 +62,60 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_folder(path.parent)
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Make a rename or unlink in ``folder`` durable (a no-op where folders cannot be
+    opened, e.g. on Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[str]:
+    """Delete the temporary files a killed writer left in ``folder`` (their names are
+    ``.<target>.<random>.tmp``); returns the names removed. Call it only while holding
+    the folder's lock, so no live writer's file is taken."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = [f.name for f in folder.iterdir() if _TEMP.match(f.name) and f.is_file()]
+    for name in removed:
+        (folder / name).unlink(missing_ok=True)
+    return removed
+
+
+def tensor_digest(tensors: dict[str, Tensor]) -> str:
+    """SHA-256 (hex) over each tensor's name, dtype, shape and bytes, in name order: the
+    checksum every bdlkit tensor file records, independent of the file layout."""
+    h = hashlib.sha256()
+    for key in sorted(tensors):
+        t = tensors[key].detach().contiguous().cpu()
+        h.update(f"{key}\0{str(t.dtype).removeprefix('torch.')}\0{list(t.shape)}\0".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def check_digest(path: str | os.PathLike, tensors: dict[str, Tensor], expected: str | None,
+                 advice: str) -> None:
+    """Raise :class:`CorruptFileError` naming ``path`` and ``advice`` when ``tensors`` do not
+    hash to ``expected`` (no check when ``expected`` is None: an older file)."""
+    if expected is None:
+        return
+    found = tensor_digest(tensors)
+    if found != expected:
+        raise CorruptFileError(
+            f"{path} is damaged: its tensors hash to SHA-256 {found[:12]}..., not the "
+            f"{expected[:12]}... recorded when it was written" + (f"; {advice}" if advice else ""))
 
 
 def _umask() -> int:
@@ -54,39 +124,66 @@ def _umask() -> int:
     return mask
 
 
+_READ_ADVICE = "re-run or restore it from a backup"
+
+
 def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor],
-                 metadata: dict[str, str] | None = None) -> None:
-    """Atomically write a flat dict of tensors (and string ``metadata``) as safetensors."""
+                 metadata: dict[str, str] | None = None) -> str:
+    """Atomically write a flat dict of tensors (and string ``metadata``) as safetensors,
+    with their :func:`tensor_digest` in the metadata; returns the digest."""
     data = {k: v.detach().contiguous().clone().cpu() for k, v in tensors.items()}
-    atomic_write_bytes(path, st_save(data, metadata=metadata))
+    digest = tensor_digest(data)
+    atomic_write_bytes(path, st_save(data, metadata={**(metadata or {}), DIGEST_KEY: digest}))
+    return digest
 
 
-def load_tensors_with_metadata(path: str | os.PathLike
+def load_tensors_with_metadata(path: str | os.PathLike, advice: str = _READ_ADVICE,
+                               expected: str | None = None
                                ) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """:func:`load_tensors` and the file's string metadata (``{}`` when it has none)."""
-    if not Path(path).exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
-    except (SafetensorError, ValueError, OSError) as err:
-        raise CorruptFileError(
-            f"{path} is not a readable safetensors file ({err}); it may be truncated or "
-            "corrupt: re-run or restore it from a backup") from err
-
-
-def load_tensors(path: str | os.PathLike) -> dict[str, Tensor]:
-    """Read a safetensors file, turning any decoding failure into a clear error."""
+    """:func:`load_tensors` and the file's string metadata (``{}`` when it has none; the
+    checksum entry is checked and left out). With ``expected`` (the digest a manifest
+    lists for the file) the file must record that same digest."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     try:
-        return st_load(path.read_bytes())
-    except (SafetensorError, ValueError, OSError) as err:
+        raw = path.read_bytes()
+        tensors = st_load(raw)
+        metadata = dict(header(raw).get("__metadata__") or {})
+    except (SafetensorError, ValueError, OSError, struct.error) as err:
         raise CorruptFileError(
             f"{path} is not a readable safetensors file ({err}); it may be truncated or "
-            "corrupt: re-run or restore it from a backup"
-        ) from err
+            f"corrupt: {advice}") from err
+    recorded = metadata.pop(DIGEST_KEY, None)
+    if expected is not None and recorded != expected:
+        raise CorruptFileError(f"{path} is not the file that was listed for it (its checksum "
+                               f"{str(recorded)[:12]}... differs from {expected[:12]}...); {advice}")
+    check_digest(path, tensors, recorded, advice)
+    return tensors, metadata
+
+
+def load_tensors(path: str | os.PathLike, advice: str = _READ_ADVICE,
+                 expected: str | None = None) -> dict[str, Tensor]:
+    """Read a safetensors file and check its checksum (and that it is ``expected``),
+    turning any decoding failure or mismatch into a :class:`CorruptFileError` naming the
+    file and ``advice``."""
+    return load_tensors_with_metadata(path, advice, expected)[0]
+
+
+def header(raw: bytes) -> dict[str, Any]:
+    """The JSON header of a safetensors file's bytes (tensor entries and ``__metadata__``)."""
+    (length,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8 : 8 + length])
+
+
+def file_digest(path: str | os.PathLike) -> str | None:
+    """The checksum recorded in a tensor file's header (None for a file without one),
+    read without loading its tensors."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return (f.metadata() or {}).get(DIGEST_KEY)
+    except (SafetensorError, ValueError, OSError) as err:
+        raise CorruptFileError(f"{path} is not a readable safetensors file ({err})") from err
 
 
 def save_json(path: str | os.PathLike, obj: Any) -> None:

@@ -198,19 +198,23 @@ class Result:
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``result.json``, ``state.safetensors`` and ``samples.safetensors`` under ``path``."""
+        """Write ``result.json``, ``state.safetensors`` and ``samples.safetensors`` under
+        ``path``. ``result.json`` is written last and lists each tensor file with its
+        SHA-256 (``files``), so :func:`bdlkit.load` refuses a damaged, swapped or missing
+        file instead of reading other draws, or none."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        files: dict[str, str | None] = {}
         for name, content in (("state", self.state), ("samples", self.samples)):
+            file = f"{name}.safetensors"
             if content is None:  # never leave a file of an earlier result behind
-                (path / f"{name}.safetensors").unlink(missing_ok=True)
-        if self.state is not None:
-            save_tensors(path / "state.safetensors", state_to_tensors(self.state))
-        if self.samples is not None:
-            samples = self.samples if isinstance(self.samples, dict) else {"_": self.samples}
-            save_tensors(path / "samples.safetensors", samples)
-        save_json(
-            path / "result.json",
-            {"format": FORMAT_VERSION, "config": self.config, "history": self.history},
-        )
+                (path / file).unlink(missing_ok=True)
+                files[file] = None
+            elif name == "state":
+                files[file] = save_tensors(path / file, state_to_tensors(content))
+            else:
+                files[file] = save_tensors(path / file, content if isinstance(content, dict)
+                                           else {"_": content})
+        save_json(path / "result.json", {"format": FORMAT_VERSION, "config": self.config,
+                                         "history": self.history, "files": files})
         return path

@@ -33,20 +33,34 @@ from tqdm.auto import tqdm
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.protocol import LOG_PROB, NONFINITE, Algorithm, AlgorithmBase, Variational
-from bdlkit.core.serialization import CorruptFileError, state_from_tensors, state_to_tensors
-from bdlkit.core.tree import TensorTree
+from bdlkit.core.serialization import (
+    CorruptFileError,
+    remove_stale_temps,
+    state_from_tensors,
+    state_to_tensors,
+)
+from bdlkit.core.tree import TensorTree, tree_leaves
 from bdlkit.engine import vi_checks
 from bdlkit.engine.batches import Batches
 from bdlkit.engine.checkpoint import (
     Checkpoint,
     global_rng_state,
     latest_checkpoint,
-    load_checkpoint,
     save_checkpoint,
     set_global_rng_state,
 )
 from bdlkit.engine.collect import SampleStore, default_store
+from bdlkit.engine.lock import run_lock
 from bdlkit.engine.result import Result
+from bdlkit.engine.resume import (
+    CHECKPOINT_FORMAT,
+    SANE_FACTOR,
+    check_fingerprint,
+    listed_files,
+    newest_sane,
+    open_newest,
+    set_aside_diverged,
+)
 from bdlkit.engine.runlog import append_log, read_log, truncate_log
 from bdlkit.engine.signals import deferred_stop
 from bdlkit.families.diag_gaussian import DiagGaussianParams
@@ -54,8 +68,6 @@ from bdlkit.families.full_gaussian import FullGaussianParams
 from bdlkit.problems import Target
 
 DATA_SEED_SALT = 0xDA7A
-CHECKPOINT_FORMAT = 2  # 2: the hyperparameter record of bdlkit.core.protocol.AlgorithmBase
-FORMAT_SINCE = "0.2.0"  # the release that introduced CHECKPOINT_FORMAT 2
 
 
 class Interrupted(KeyboardInterrupt):
@@ -236,11 +248,23 @@ class Runner:
         *,
         resume: bool = False,
         config: dict[str, Any] | None = None,
+        changed: tuple[str, ...] = (),
     ) -> Result:
         """Run to the runner's length (or ``steps``/``epochs`` given here, when it was built
-        without one) in total; ``resume=True`` continues from ``run_dir``."""
+        without one) in total; ``resume=True`` continues from ``run_dir``, the newest
+        checkpoint whose checksum holds. ``changed`` names hyperparameters deliberately
+        given new values for this resume (e.g. a smaller ``lr`` after a NaN stop); any
+        other difference from the checkpoint is refused. The run folder is locked
+        (:mod:`bdlkit.engine.lock`) while the runner writes it."""
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
+        self._changed = tuple(changed)
+        if self.run_dir is None:
+            return self._fit(resume, config)
+        with run_lock(self.run_dir, f"fitting {self.algorithm.name}"):
+            return self._fit(resume, config)
+
+    def _fit(self, resume: bool, config: dict[str, Any] | None) -> Result:
         total = self.total
         sampler = self.algorithm.collects_draws
         vi = isinstance(self.algorithm, Variational)
@@ -290,6 +314,8 @@ class Runner:
         bar.close()
         if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", total))
+        if sampler:
+            self.store.flush()  # a store without a run_dir: its last shard
         run_config = {
             "method": method, "kind": self.algorithm.kind, "seed": self.seed, "steps": total,
             "batch_size": self.batch_size, "chains": self.chains,
@@ -308,70 +334,54 @@ class Runner:
         """What must not change between a run and its resume, as text for the checkpoint:
         the algorithm's name, kind and shown fields (its options and fixed constants; the
         derived members are ``repr=False``), the version of its update rule
-        (``VERSION``), the problem, the batch size and the chains."""
+        (``VERSION``), the problem, the batch size, the chains and the sample store's
+        burn-in, thinning and cap."""
         algorithm = self.algorithm
         hyper = {name: repr(value) for name, value in algorithm.record().items()}
-        return {"hyperparameters": json.dumps(hyper, sort_keys=True),
-                "algorithm_version": str(algorithm.VERSION),
-                "problem": repr(self.problem),
-                "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
-                        f"chains={self.chains}"}
+        found = {"hyperparameters": json.dumps(hyper, sort_keys=True),
+                 "algorithm_version": str(algorithm.VERSION),
+                 "problem": repr(self.problem),
+                 "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
+                         f"chains={self.chains}"}
+        if self.store is not None:
+            found["samples"] = (f"burnin={self.store.burnin}, thin={self.store.thin}, "
+                                f"max_samples={self.store.max_samples}")
+        return found
+
+    def check_checkpoint(self, meta: dict[str, Any], path: Path, changed: tuple[str, ...] = (),
+                         fix: str = "resume with the run's own configuration") -> None:
+        """Refuse checkpoint ``path`` unless this runner (method, seed, length and
+        :meth:`fingerprint`) wrote it; ``changed`` hyperparameters are not compared."""
+        expected = {"method": self.algorithm.name, "seed": self.seed,
+                    "total_steps": self.total, **self.fingerprint()}
+        check_fingerprint(meta, expected, path, self.algorithm.name, changed, fix)
 
     # ------------------------------------------------------------------ internals
     def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:
         state = self.initial_state()
+        self._sane_bound = SANE_FACTOR * max(1.0, _max_abs(self.algorithm.params(state)))
+        folder = self.run_dir / "checkpoints" if self.run_dir is not None else None
+        if folder is not None:
+            remove_stale_temps(folder)  # left by a writer killed mid-write
         if not resume:
-            if self.run_dir is not None and latest_checkpoint(self.run_dir / "checkpoints"):
+            if folder is not None and latest_checkpoint(folder):
                 raise FileExistsError(
                     f"{self.run_dir} already holds checkpoints of a run: pass resume=True to "
                     "continue it, or use a new run_dir"
                 )
             return state, 0, [], 0.0
-        if self.run_dir is None:
+        if folder is None:
             raise ValueError("resume=True needs the run_dir of the interrupted run")
-        path = latest_checkpoint(self.run_dir / "checkpoints")
-        if path is None:
-            raise FileNotFoundError(
-                f"no checkpoint in {self.run_dir / 'checkpoints'}: the run stopped before its "
-                "first checkpoint; start it again with --overwrite"
-            )
-        ckpt = load_checkpoint(path)
+        path, ckpt = open_newest(folder)
         meta = ckpt.meta
-        written = meta.get("checkpoint_format", 1)
-        if written > CHECKPOINT_FORMAT:
-            raise ValueError(
-                f"checkpoint {path} has checkpoint format {written}, newer than this bdlkit's "
-                f"({CHECKPOINT_FORMAT}): resume it with the bdlkit release that wrote it"
-            )
-        expected = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
-                    **self.fingerprint()}
-        for key, value in expected.items():
-            saved = meta.get(key, "1" if key == "algorithm_version" else None)
-            if key == "algorithm_version" and saved != value:
-                raise ValueError(
-                    f"checkpoint {path} was written by version {saved} of {self.algorithm.name}"
-                    f", whose update rule differs from this bdlkit's (version {value}); finish "
-                    "the run with the bdlkit release that started it, or start it again"
-                )
-            if key == "hyperparameters" and saved != value and written < CHECKPOINT_FORMAT:
-                raise ValueError(
-                    f"checkpoint {path} has checkpoint format {written}"
-                    f" (written before bdlkit {FORMAT_SINCE}); this version writes format "
-                    f"{CHECKPOINT_FORMAT} and records {key} differently, so it cannot check that "
-                    "the run is the same: finish the run with the bdlkit release that started "
-                    "it, or start it again"
-                )
-            if saved != value:
-                raise ValueError(
-                    f"checkpoint {path} was written with {key}={saved!r} but this run "
-                    f"has {key}={value!r}; resume with the run's own configuration"
-                )
+        self.check_checkpoint(meta, path, self._changed)
         try:
             state = state_from_tensors(state, ckpt.state)
         except CorruptFileError as err:
             raise CorruptFileError(f"checkpoint {path}: {err}") from None
         if self.store is not None:
-            self.store.load_state_dict(meta.get("store", {}), ckpt.store)
+            self.store.load_state_dict(meta.get("store", {}), ckpt.store,
+                                       keep=listed_files(folder, skip=path))
         self.batches.load_state_dict(ckpt.data)
         set_global_rng_state(ckpt.rng)
         self.last_checkpoint = path
@@ -397,10 +407,18 @@ class Runner:
             raise NonFiniteError(self._nan_message(what, t))
 
     def _nan_message(self, what: str, t: int) -> str:
+        """The NaN stop's message; with a run_dir, the checkpoints after the newest sane one
+        are set aside first, so the message names the one a resume continues from."""
         knob, lr = vi_checks.step_size(self.algorithm)  # the option the algorithm declares
         hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
-        kept = (f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
-                else "")
+        kept = ""
+        if self.run_dir is not None:
+            good = set_aside_diverged(self.run_dir / "checkpoints")
+            self.last_checkpoint = good
+            kept = (f"; the last checkpoint with finite, bounded parameters is {good} (later "
+                    f"ones are set aside as *.diverged): `bdlkit fit --resume {self.run_dir} "
+                    f"--{knob.replace('_', '-')} <smaller>` continues from it" if good else
+                    "; no checkpoint before it has usable parameters")
         return (
             f"{self.algorithm.label}: {what} became NaN or infinite at step {t}{kept}. The step "
             f"size is probably too large: lower {knob}{hint}, e.g. by 10x; or check the data for "
@@ -410,16 +428,23 @@ class Runner:
     def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
         if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", t))
+        if self.store is not None and t == total:
+            self.store.flush()  # the last shard; earlier checkpoints hold unwritten draws
         store_meta, store_tensors = (
             self.store.state_dict() if self.store is not None else ({}, {})
         )
+        max_abs = _max_abs(self.algorithm.params(state))
         meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
-                "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed, "store": store_meta, **self.fingerprint()}
+                "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed,
+                "store": store_meta, "max_abs": max_abs, "sane_bound": self._sane_bound,
+                **self.fingerprint()}
         ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
                           data=self.batches.state_dict(t), rng=global_rng_state())
-        self.last_checkpoint = save_checkpoint(self.run_dir / "checkpoints", ckpt)
+        folder = self.run_dir / "checkpoints"
+        protect = None if max_abs <= self._sane_bound else newest_sane(folder)
+        self.last_checkpoint = save_checkpoint(folder, ckpt, protect=protect)
         if self.store is not None:
-            self.store.collect_garbage()
+            self.store.collect_garbage(keep=listed_files(folder))
 
 
 def store_options(algorithm: Algorithm) -> dict[str, Any]:
@@ -431,6 +456,16 @@ def store_options(algorithm: Algorithm) -> dict[str, Any]:
 def _postfix(entry: dict[str, float]) -> dict[str, str]:
     keys = [k for k in entry if k == "log_prob" or k.startswith("eval/")]
     return {k.removeprefix("eval/"): f"{entry[k]:.4g}" for k in keys}
+
+
+def _max_abs(params: Any) -> float:
+    """The largest |value| over a parameter pytree's floating tensors (inf if any is NaN)."""
+    big = 0.0
+    for leaf in tree_leaves(params):
+        if isinstance(leaf, Tensor) and leaf.is_floating_point() and leaf.numel():
+            value = float(leaf.detach().abs().max())
+            big = max(big, value if value == value else float("inf"))
+    return big
 
 
 def _scalar(v: Any) -> float:

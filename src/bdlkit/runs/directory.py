@@ -29,10 +29,18 @@ from torch import Tensor
 from bdlkit import data as data_module
 from bdlkit import evaluation, metrics
 from bdlkit.algorithms import get_method
-from bdlkit.core.serialization import atomic_write_bytes, load_json, save_json, state_from_tensors
+from bdlkit.core.errors import CorruptFileError, InputError
+from bdlkit.core.serialization import (
+    atomic_write_bytes,
+    load_json,
+    remove_stale_temps,
+    save_json,
+    state_from_tensors,
+)
 from bdlkit.data.timeseries import persistence_noise
-from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
+from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint, read_meta
 from bdlkit.engine.collect import DiskStore
+from bdlkit.engine.lock import LOCK_NAME, run_lock
 from bdlkit.engine.result import Result
 from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
@@ -174,7 +182,7 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
     are deleted, so ``--overwrite`` can never remove a user's own files.
     """
     out = Path(out)
-    if _occupied(out):
+    if occupied(out):
         if not overwrite:
             raise FileExistsError(
                 f"output folder {out} already exists; pass --resume {out} to continue that "
@@ -196,8 +204,9 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
     return out
 
 
-def _occupied(out: Path) -> bool:
-    return out.exists() and (not out.is_dir() or any(out.iterdir()))
+def occupied(out: Path) -> bool:
+    """Whether ``out`` exists and holds anything but its lock file."""
+    return out.exists() and (not out.is_dir() or any(f.name != LOCK_NAME for f in out.iterdir()))
 
 
 @dataclass(frozen=True)
@@ -213,24 +222,68 @@ class RunOutput:
 
 def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
         progress: bool = False) -> RunOutput:
-    """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics."""
-    if not overwrite and _occupied(Path(out)):
+    """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics.
+    The folder is locked for the whole run (:mod:`bdlkit.engine.lock`)."""
+    if not overwrite and occupied(Path(out)):
         prepare_out(out, overwrite=False)  # refuse before loading any data
     runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
-    run_dir = prepare_out(out, overwrite)
-    cfg = resolved(cfg, runner)
-    save_yaml(run_dir / "config.yaml", cfg.to_dict())
-    result = runner.fit(config={"hyper": cfg.hyper})
-    return _finish(result, cfg, ds, run_dir)
+    if not overwrite and occupied(Path(out)):
+        prepare_out(out, overwrite=False)
+    with run_lock(out, f"fitting {cfg.method}"):
+        run_dir = prepare_out(out, overwrite)
+        cfg = resolved(cfg, runner)
+        save_yaml(run_dir / "config.yaml", cfg.to_dict())
+        result = runner.fit(config={"hyper": cfg.hyper})
+        return _finish(result, cfg, ds, run_dir)
 
 
-def resume(run_dir: str | os.PathLike, *, progress: bool = False) -> RunOutput:
-    """Continue the run in ``run_dir`` from its newest checkpoint; returns the metrics."""
+def resume(run_dir: str | os.PathLike, *, progress: bool = False,
+           step_size: tuple[str, float] | None = None) -> RunOutput:
+    """Continue the run in ``run_dir`` from its newest intact checkpoint; returns the
+    metrics. ``step_size=(option, value)`` gives the method's step size option (``lr``,
+    ``step_size`` or ``eps``: what the NaN stop names) a new value from here on, e.g. a
+    smaller one after a NaN stop; ``config.yaml`` is rewritten with it and the change
+    recorded under ``changes`` (step, option, old and new value)."""
     run_dir = Path(run_dir)
-    cfg = read_config(run_dir)
-    runner, problem, ds, total = build_runner(cfg, run_dir, progress)
-    result = runner.fit(resume=True, config={"hyper": cfg.hyper})
-    return _finish(result, cfg, ds, run_dir)
+    with run_lock(run_dir, "resuming"):
+        remove_stale_temps(run_dir)
+        cfg = read_config(run_dir)
+        runner, problem, ds, total = build_runner(cfg, run_dir, progress)
+        changed: tuple[str, ...] = ()
+        if step_size is not None:
+            cfg = _with_step_size(cfg, run_dir, runner.algorithm.step_size_param, *step_size)
+            changed = (step_size[0],)
+            runner, problem, ds, total = build_runner(cfg, run_dir, progress)
+        result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changed)
+        if changed:
+            save_yaml(run_dir / "config.yaml", cfg.to_dict())
+        return _finish(result, cfg, ds, run_dir)
+
+
+def _with_step_size(cfg: RunConfig, run_dir: Path, knob: str, name: str,
+                    value: Any) -> RunConfig:
+    """``cfg`` with the step size ``knob`` set to ``value`` and the change recorded."""
+    flag = "--" + knob.replace("_", "-")
+    if name != knob:
+        raise InputError(f"--resume changes only the step size of method {cfg.method!r}, "
+                         f"{flag}; got --{name.replace('_', '-')}. To change other options, "
+                         "start a new run with --out")
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
+                                       and value > 0):
+        raise InputError(f"{flag} must be a finite number > 0, got {value!r}")
+    values = cfg.to_dict()
+    old = values["hyper"].get(knob)
+    values["hyper"][knob] = float(value)
+    values["changes"] = [*(values.get("changes") or []),
+                         {"step": _resume_step(run_dir), "option": knob, "from": old,
+                          "to": float(value)}]
+    return RunConfig(**values)
+
+
+def _resume_step(run_dir: Path) -> int | None:
+    path = latest_checkpoint(run_dir / "checkpoints")
+    meta = read_meta(path) if path is not None else None
+    return int(meta["step"]) if meta else None
 
 
 def _finish(result: Result, cfg: RunConfig, ds: Any, run_dir: Path) -> RunOutput:
@@ -247,21 +300,33 @@ def read_config(run_dir: Path) -> RunConfig:
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
-    """Rebuild the final :class:`Result` of a finished run from its directory."""
+    """Rebuild the final :class:`Result` of a finished run from its directory, checking the
+    final checkpoint's checksum, that ``config.yaml`` still describes the run that wrote
+    it, and that the sample manifest is the checkpoint's store record."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
     runner, problem, ds, total = build_runner(cfg, run_dir)
     path = latest_checkpoint(run_dir / "checkpoints")
     if path is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint: the run never started")
-    ckpt = load_checkpoint(path)
+    try:
+        ckpt = load_checkpoint(path)
+    except CorruptFileError as err:
+        raise CorruptFileError(
+            f"{err}. `bdlkit fit --resume {run_dir}` sets it aside and recomputes the end of "
+            "the run from the previous checkpoint (bit-exactly); then evaluate again") from None
     if ckpt.step != total:
         raise ValueError(
             f"{run_dir} stopped at step {ckpt.step} of {total}; finish it first with "
             f"`bdlkit fit --resume {run_dir}`"
         )
+    runner.check_checkpoint(ckpt.meta, path, fix=f"{run_dir}/config.yaml was edited after "
+                            "the run: restore its original values")
     state = state_from_tensors(runner.initial_state(), ckpt.state)
-    store = DiskStore.open(run_dir / "samples") if runner.algorithm.collects_draws else None
+    store = None
+    if runner.algorithm.collects_draws:
+        store = DiskStore.open(run_dir / "samples")
+        store.check_record(ckpt.meta.get("store"), str(path))
     history = read_log(run_dir / "log.jsonl")
     config = {"method": cfg.method, "kind": runner.algorithm.kind, "seed": cfg.seed,
               "steps": total, "hyper": cfg.hyper, "wall_time_s": ckpt.meta.get("elapsed_s")}
@@ -272,10 +337,13 @@ def reevaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
              reference: str | os.PathLike | None = None,
              corruptions: bool = False) -> dict[str, Any]:
     """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
-    data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`)."""
-    result, cfg, ds = load_run(run_dir)
-    return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood, reference=reference,
-                           corruptions=corruptions)
+    data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`),
+    holding the folder's lock."""
+    with run_lock(run_dir, "evaluating"):
+        remove_stale_temps(run_dir)
+        result, cfg, ds = load_run(run_dir)
+        return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood, reference=reference,
+                               corruptions=corruptions)
 
 
 def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path, *,

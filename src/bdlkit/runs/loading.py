@@ -19,7 +19,12 @@ from pathlib import Path
 from bdlkit.algorithms import get_method
 from bdlkit.core import rng
 from bdlkit.core.protocol import Problem
-from bdlkit.core.serialization import load_json, load_tensors, state_from_tensors
+from bdlkit.core.serialization import (
+    CorruptFileError,
+    load_json,
+    load_tensors,
+    state_from_tensors,
+)
 from bdlkit.engine.result import FORMAT_VERSION, Result
 from bdlkit.runs.directory import load_run
 
@@ -62,12 +67,18 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
     """
     path = Path(path)
     meta = load_json(path / "result.json")
+    where = path / "result.json"
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION or "config" not in meta:
-        raise ValueError(f"{path / 'result.json'} is not a bdlkit result (format {FORMAT_VERSION})")
-    config = meta["config"]
+        raise CorruptFileError(f"{where} is not a bdlkit result (format {FORMAT_VERSION})")
+    config, files = meta["config"], meta.get("files")
+    if not isinstance(config, dict) or not isinstance(config.get("method"), str):
+        raise CorruptFileError(f"{where} names no method (its config has no 'method'): it "
+                               "was edited or damaged; save the result again")
+    if files is not None and not isinstance(files, dict):
+        raise CorruptFileError(f"{where}: 'files' must map file names to checksums")
     samples = None
-    if (path / "samples.safetensors").exists():
-        tensors = load_tensors(path / "samples.safetensors")
+    tensors = _read(path, "samples.safetensors", files)
+    if tensors is not None:
         samples = tensors["_"] if set(tensors) == {"_"} else tensors
     algorithm = state = None
     if problem is not None:
@@ -82,7 +93,25 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
         chains = config.get("chains")
         init = problem.init_params(gen, chains) if chains else problem.init_params(gen)
         template = algorithm.init(init, generator=gen)
-        state = state_from_tensors(template, load_tensors(path / "state.safetensors"))
+        saved = _read(path, "state.safetensors", files)
+        if saved is None:
+            raise CorruptFileError(f"{path} holds no state.safetensors: save the result again")
+        state = state_from_tensors(template, saved)
     return Result(problem, algorithm, state, samples, meta.get("history", []), config,
                   kind=config.get("kind"))
 
+
+
+def _read(path: Path, name: str, files: dict[str, str | None] | None) -> dict | None:
+    """The tensors of ``path/name``, checked against the checksum ``result.json`` lists (a
+    result saved before checksums lists none: the file is read if it is there)."""
+    file = path / name
+    advice = "the result is damaged: save it again, or restore it from a backup"
+    if files is None or name not in files:
+        return load_tensors(file, advice) if file.exists() else None
+    if files[name] is None:
+        return None
+    if not file.exists():
+        raise CorruptFileError(f"{file} is missing, but {path / 'result.json'} lists it; "
+                               f"{advice}")
+    return load_tensors(file, advice, expected=files[name])

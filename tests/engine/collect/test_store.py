@@ -167,19 +167,20 @@ def test_disk_resume_after_crash_deletes_later_shards(tmp_path):
     store = DiskStore(tmp_path, shard_size=3, max_samples=5)
     for i in range(4):
         store.append(tensor_draw(i))
-    meta, tensors = store.state_dict()  # flushes: shard 0 (3 draws) and shard 1 (1 draw)
+    meta, tensors = store.state_dict()  # shard 0 (3 draws) on disk, draw 3 in the checkpoint
+    assert meta["pending"] == 1 and set(tensors) == {"pending._"}
     held = store.load()
-    for i in range(4, 10):  # drops shards 0-1 by the cap, writes shards 2-3
+    for i in range(4, 10):  # writes shards 1-2; the cap drops shard 0
         store.append(tensor_draw(i))
-    assert shard_files(tmp_path) == {f"shard-00000{i}.safetensors" for i in range(4)}
-    (tmp_path / ".shard-000004.safetensors.x.tmp").write_bytes(b"partial")
+    assert shard_files(tmp_path) == {f"shard-00000{i}.safetensors" for i in range(3)}
+    (tmp_path / ".shard-000004.safetensors.x1y2z3w4.tmp").write_bytes(b"partial")
     fresh = DiskStore(tmp_path, exist_ok=True)  # a new process, after a crash
     fresh.load_state_dict(json.loads(json.dumps(meta)), tensors)
-    assert shard_files(tmp_path) == {"shard-000000.safetensors", "shard-000001.safetensors"}
+    assert shard_files(tmp_path) == {"shard-000000.safetensors"}
     assert not list(tmp_path.glob(".*.tmp"))
     assert len(fresh) == 4 and fresh.total_seen == 4 and fresh.max_samples == 5
     assert_same(fresh.load(), held)
-    assert_same(DiskStore.open(tmp_path).load(), held)
+    assert_same(DiskStore.open(tmp_path).load(), held[:3])  # the manifest lists shard 0 only
     ref = MemoryStore(max_samples=5)
     for i in range(12):
         ref.append(tensor_draw(i))
@@ -196,9 +197,49 @@ def test_collect_garbage_deletes_only_dropped_shards_when_called(tmp_path):
     assert shard_files(tmp_path) == set(names)  # shard 0 is dropped but not yet deleted
     store.state_dict()
     assert shard_files(tmp_path) == set(names)
+    store.collect_garbage(keep={names[0]})  # an older kept checkpoint still lists it
+    assert shard_files(tmp_path) == set(names)
     store.collect_garbage()
     assert shard_files(tmp_path) == set(names[1:])
     assert values(store) == values(DiskStore.open(tmp_path)) == [3, 4, 5]
+
+
+def test_checkpoints_do_not_change_the_shard_files(tmp_path):
+    """Where a run takes checkpoints (and resumes from them) leaves the shard files as an
+    uncheckpointed run writes them: a checkpoint holds the unwritten draws instead of
+    flushing a short shard."""
+    def run(folder, checkpoint_at):
+        store, meta, tensors = DiskStore(folder, shard_size=4), None, None
+        for i in range(11):
+            store.append(tensor_draw(i))
+            if i == checkpoint_at:
+                meta, tensors = store.state_dict()
+                store = DiskStore(folder, exist_ok=True)  # killed and resumed
+                store.load_state_dict(json.loads(json.dumps(meta)), tensors)
+        store.flush()
+        return {f.name: f.read_bytes() for f in sorted(folder.iterdir())}
+
+    plain = run(tmp_path / "plain", checkpoint_at=None)
+    assert sorted(plain) == ["manifest.json", *[f"shard-00000{i}.safetensors" for i in range(3)]]
+    for at in (1, 3, 5, 9):
+        assert run(tmp_path / f"at{at}", checkpoint_at=at) == plain
+
+
+def test_a_damaged_shard_or_manifest_entry_is_refused(tmp_path):
+    store = DiskStore(tmp_path, shard_size=2)
+    for i in range(4):
+        store.append(tensor_draw(i))
+    store.flush()
+    shard = tmp_path / "shard-000001.safetensors"
+    raw = bytearray(shard.read_bytes())
+    raw[-3] ^= 0x40  # a flipped bit in the tensor data, header intact
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(CorruptFileError, match="shard-000001.*damaged"):
+        DiskStore.open(tmp_path).load()
+    (tmp_path / "shard-000001.safetensors").write_bytes(
+        (tmp_path / "shard-000000.safetensors").read_bytes())  # another shard's file
+    with pytest.raises(CorruptFileError, match="shard-000001.*not the shard"):
+        DiskStore.open(tmp_path)
 
 
 def test_corrupt_files_raise_clear_errors(tmp_path):

@@ -1,16 +1,24 @@
 """The disk-backed sample store: safetensors shards plus an atomic JSON manifest.
 
-``DiskStore`` writes ``shard-NNNNNN.safetensors`` files of up to ``shard_size`` draws
-and a ``manifest.json`` listing them, each atomically (temporary file, fsync, rename)
-through :mod:`bdlkit.core.serialization`. The manifest is the truth: a shard file it does
-not list is a leftover. Shards dropped by the cap are deleted only by
-:meth:`DiskStore.collect_garbage`, since the last checkpoint may still list them, and
-:meth:`DiskStore.load_state_dict` deletes the shards written after that checkpoint.
-Reading streams shard by shard (:meth:`~bdlkit.engine.collect.SampleStore.iter_chunks`).
+``DiskStore`` writes ``shard-NNNNNN.safetensors`` files of exactly ``shard_size`` draws
+(the last one of a finished run may hold fewer) and a ``manifest.json`` listing them with
+their SHA-256 checksums, each atomically (temporary file, fsync, rename) through
+:mod:`bdlkit.core.serialization`. Every read checks a shard against the checksum in its
+own header and in the manifest. The manifest is the truth: a shard file it does not list
+is a leftover. A shard, once written, never changes.
+
+A checkpoint holds the manifest and the draws not yet in a shard (``state_dict`` does
+not flush), so where a run was checkpointed, interrupted or resumed does not change the
+shard files: they depend only on the draws and ``shard_size``. Shards dropped by the cap
+are deleted only by :meth:`DiskStore.collect_garbage` once no kept checkpoint lists
+them, and :meth:`DiskStore.load_state_dict` deletes the shards written after the
+checkpoint it restores. Reading streams shard by shard
+(:meth:`~bdlkit.engine.collect.SampleStore.iter_chunks`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +28,11 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from bdlkit.core.serialization import (
+    DIGEST_KEY,
     CorruptFileError,
     load_json,
     load_tensors,
+    remove_stale_temps,
     save_json,
     save_tensors,
 )
@@ -65,7 +75,7 @@ class DiskStore(SampleStore):
                 f"{self.path} already holds a sample store; use DiskStore.open({str(self.path)!r})"
                 " to read it, or pick another folder"
             )
-        self._shards: list[dict[str, Any]] = []  # {"file": name, "count": draws}
+        self._shards: list[dict[str, Any]] = []  # {"file": name, "count": n, "sha256": h}
         self._offset = 0  # draws skipped at the front of the first shard (cap)
         self._next_index = 0
         self._pending: list[Flat] = []  # draws not yet in a shard
@@ -108,34 +118,85 @@ class DiskStore(SampleStore):
                 self._write_shard()
             save_json(self._folder() / MANIFEST, self._manifest())
 
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as it describes the written shards (what ``manifest.json`` holds)."""
+        return self._manifest()
+
+    @property
+    def files(self) -> set[str]:
+        """The shard files this store lists."""
+        return {s["file"] for s in self._shards}
+
+    def check_record(self, record: Any, where: str) -> None:
+        """Refuse this store unless its manifest is the finished run's ``record`` (the store
+        record of the final checkpoint ``where``): an edited or damaged manifest would
+        otherwise silently drop or shift draws."""
+        if not isinstance(record, dict) or record.get("pending"):
+            raise CorruptFileError(f"{where} records no finished sample store (it holds "
+                                   "unwritten draws): finish the run with --resume first")
+        want = {k: v for k, v in record.items() if k != "pending"}
+        found = json.loads(json.dumps(self._manifest()))
+        if found != want:
+            diff = sorted(k for k in set(found) | set(want) if found.get(k) != want.get(k))
+            raise CorruptFileError(
+                f"{self.path / MANIFEST} does not match the store record in {where} (differs "
+                f"in {', '.join(diff)}): it was edited or damaged. `bdlkit fit --resume "
+                f"{self.path.parent}` rewrites it from the checkpoint")
+
     def state_dict(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
-        """Flush, then return the manifest and no tensors (the shards hold the draws)."""
-        self.flush()
-        return self._manifest(), {}
+        """The manifest (written to disk) plus ``pending``, and the unwritten draws as
+        tensors ``pending.<key>``; no shard is written, so the shard files do not depend
+        on when checkpoints are taken."""
+        save_json(self._folder() / MANIFEST, self._manifest())
+        flat = self._stack(self._pending) if self._pending else {}
+        meta = {**self._manifest(), "pending": len(self._pending)}
+        return meta, {f"pending.{k}": v for k, v in flat.items()}
 
-    def load_state_dict(self, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
-        """Restore the manifest ``meta`` (``tensors`` is unused), deleting unlisted shards.
+    def load_state_dict(self, meta: dict[str, Any], tensors: dict[str, Tensor],
+                        keep: set[str] = frozenset()) -> None:
+        """Restore the checkpoint's record ``meta`` and its unwritten draws ``tensors``,
+        deleting shard files it does not list (written after it) unless ``keep`` names
+        them (listed by another kept checkpoint: deleted later, by collect_garbage).
 
-        Shard files the manifest does not list were written after the checkpoint (or
-        dropped before it); ``manifest.json`` is rewritten atomically first.
+        ``manifest.json`` is rewritten atomically first, so an edited or damaged manifest
+        is replaced by the checkpoint's record.
         """
         if self._read_only:
             raise RuntimeError(f"{self!r} is a read-only view (DiskStore.open); cannot restore")
-        self._restore(_parse_meta(meta, DISK_KIND, f"checkpoint of the store in {self.path}"))
+        where = f"checkpoint of the store in {self.path}"
+        p = _parse_meta(meta, DISK_KIND, where)
+        pending = _int(meta.get("pending", 0), "pending", 0)
+        self._restore(p)
+        if pending:
+            want = {f"pending.{k}": [pending, *s, p["dtypes"][k]] for k, s in p["shapes"].items()}
+            got = {k: [*tensors[k].shape, tensors[k].dtype] if k in tensors else None
+                   for k in want}
+            if got != want:
+                raise CorruptFileError(f"{where}: unwritten draws {got} should be {want}")
+            columns = [tensors[f"pending.{k}"].unbind() for k in self._shapes]
+            self._pending = [dict(zip(self._shapes, (c[i].clone() for c in columns)))
+                             for i in range(pending)]
+            self.total_seen += pending
         save_json(self._folder() / MANIFEST, self._manifest())
-        listed = {s["file"] for s in self._shards}
+        listed = self.files
+        remove_stale_temps(self.path)
         for f in self.path.iterdir():
-            temp = f.name.startswith((".shard-", f".{MANIFEST}.")) and f.name.endswith(".tmp")
-            if temp or (_SHARD_RE.fullmatch(f.name) and f.name not in listed):
-                f.unlink(missing_ok=True)
+            if _SHARD_RE.fullmatch(f.name) and f.name not in listed:
+                if f.name in keep:
+                    self._garbage.append(f.name)
+                else:
+                    f.unlink(missing_ok=True)
 
-    def collect_garbage(self) -> None:
-        """Rewrite the manifest, then delete the shard files the cap has dropped."""
+    def collect_garbage(self, keep: set[str] = frozenset()) -> None:
+        """Rewrite the manifest, then delete the shard files the cap has dropped, but those
+        in ``keep`` (listed by a checkpoint still kept)."""
         if self._garbage:
             save_json(self._folder() / MANIFEST, self._manifest())
             for name in self._garbage:
-                (self.path / name).unlink(missing_ok=True)
-            self._garbage = []
+                if name not in keep:
+                    (self.path / name).unlink(missing_ok=True)
+            self._garbage = [name for name in self._garbage if name in keep]
 
     def _append(self, draw: Flat) -> None:
         if self.shard_bytes is not None and self._next_index == 0 and not self._pending:
@@ -161,8 +222,8 @@ class DiskStore(SampleStore):
 
     def _write_shard(self) -> None:
         name = f"shard-{self._next_index:06d}.safetensors"
-        save_tensors(self._folder() / name, self._stack(self._pending))
-        self._shards.append({"file": name, "count": len(self._pending)})
+        digest = save_tensors(self._folder() / name, self._stack(self._pending))
+        self._shards.append({"file": name, "count": len(self._pending), "sha256": digest})
         self._next_index += 1
         self._pending = []
 
@@ -194,17 +255,22 @@ class DiskStore(SampleStore):
             raise CorruptFileError(f"{file} is listed in the manifest but missing; {_ADVICE}")
         want = {k: [s["count"], *shape] for k, shape in shapes.items()}
         tensors: Flat = {}
+        expected = s.get("sha256")
         if dtypes is None:
             try:
                 with safe_open(file, framework="pt") as f:
                     found = {k: f.get_slice(k).get_shape() for k in f.keys()}
+                    recorded = (f.metadata() or {}).get(DIGEST_KEY)
             except (SafetensorError, OSError, ValueError) as err:
                 raise CorruptFileError(
                     f"{file} is not a readable safetensors file ({err}); it may be truncated: "
                     f"{_ADVICE}"
                 ) from err
+            if expected is not None and recorded != expected:
+                raise CorruptFileError(f"{file} is not the shard the manifest lists (its "
+                                       f"checksum differs); {_ADVICE}")
         else:
-            tensors = load_tensors(file)
+            tensors = load_tensors(file, _ADVICE, expected)
             found = {k: [*v.shape, v.dtype] for k, v in tensors.items()}
             want = {k: [*w, dtypes[k]] for k, w in want.items()}
         if found != want:

@@ -122,11 +122,12 @@ class SampleStore(ABC):
         """Make every held draw durable (no-op in memory)."""
 
     @abstractmethod
-    def collect_garbage(self) -> None:
-        """Delete files of draws dropped by the cap (no-op in memory).
+    def collect_garbage(self, keep: set[str] = frozenset()) -> None:
+        """Delete files of draws dropped by the cap, but those named in ``keep`` (no-op in
+        memory).
 
-        Call it only when no checkpoint listing them is needed any more, i.e. right after
-        a checkpoint has been written.
+        Call it right after a checkpoint has been written, with ``keep`` the files the
+        other kept checkpoints list.
         """
 
     @abstractmethod
@@ -134,8 +135,10 @@ class SampleStore(ABC):
         """``(JSON-able metadata, tensors)`` describing the store exactly."""
 
     @abstractmethod
-    def load_state_dict(self, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
-        """Restore exactly the state given by :meth:`state_dict` (settings included)."""
+    def load_state_dict(self, meta: dict[str, Any], tensors: dict[str, Tensor],
+                        keep: set[str] = frozenset()) -> None:
+        """Restore exactly the state given by :meth:`state_dict` (settings included);
+        files named in ``keep`` are listed by another kept checkpoint and stay."""
 
     @abstractmethod
     def _append(self, draw: Flat) -> None: ...
@@ -218,7 +221,7 @@ class MemoryStore(SampleStore):
     def flush(self) -> None:
         pass
 
-    def collect_garbage(self) -> None:
+    def collect_garbage(self, keep: set[str] = frozenset()) -> None:
         pass
 
     def state_dict(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
@@ -227,7 +230,8 @@ class MemoryStore(SampleStore):
         flat = self._stack(list(self._draws)) if self._draws else {}
         return meta, {f"samples.{k}": v for k, v in flat.items()}
 
-    def load_state_dict(self, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
+    def load_state_dict(self, meta: dict[str, Any], tensors: dict[str, Tensor],
+                        keep: set[str] = frozenset()) -> None:
         p = _parse_meta(meta, MEMORY_KIND, where := "sample store checkpoint")
         n = p["count"]
         want = {f"samples.{k}": [n, *s, p["dtypes"][k]] for k, s in p["shapes"].items() if n}
@@ -256,6 +260,16 @@ def _flatten(params: Any) -> tuple[str, Flat]:
         if not isinstance(k, str) or not isinstance(v, Tensor):
             raise TypeError(f"a draw dict must map str to Tensor; {k!r} holds {type(v).__name__}")
     return "dict", dict(params)
+
+
+def _shard_entry(s: Any) -> dict[str, Any]:
+    """A manifest's shard entry: file, count and (since checksums) its sha256."""
+    entry = {"file": s["file"], "count": _int(s["count"], "count", 1)}
+    if "sha256" in s:
+        if not (isinstance(s["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", s["sha256"])):
+            raise ValueError(f"shard {s['file']!r} has a malformed sha256 {s['sha256']!r}")
+        entry["sha256"] = s["sha256"]
+    return entry
 
 
 def _int(value: Any, name: str, lo: int) -> int:
@@ -292,9 +306,7 @@ def _parse_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
         p["dtypes"] = {k: _dtype(meta["dtypes"][k]) for k in keys}
         held = p.get("count", 0)
         if kind == DISK_KIND:
-            p["shards"] = [
-                {"file": s["file"], "count": _int(s["count"], "count", 1)} for s in meta["shards"]
-            ]
+            p["shards"] = [_shard_entry(s) for s in meta["shards"]]
             names = [s["file"] for s in p["shards"]]
             index = {int(m[1]) for m in map(_SHARD_RE.fullmatch, names) if m}
             if len(index) != len(names) or max(index, default=-1) >= p["next_index"]:

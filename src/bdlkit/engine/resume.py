@@ -1,0 +1,131 @@
+"""Choosing and checking the checkpoint a run continues from.
+
+:func:`open_newest` reads the newest checkpoint whose checksum holds; a damaged one is
+set aside (renamed ``<name>.damaged``, :func:`bdlkit.engine.checkpoint.set_aside`) with a
+:class:`~bdlkit.core.errors.RecoveryWarning` and the previous one is used: resuming is
+bit-exact, so continuing from an earlier checkpoint gives the same run, only later.
+:func:`check_fingerprint` refuses a checkpoint written by another configuration.
+:func:`set_aside_diverged` runs when a run stops on NaN: the checkpoints after the newest
+*sane* one (finite parameters below its bound) are set aside as ``.diverged``, so a
+``--resume`` (with a smaller step size) starts from parameters that are still usable.
+:func:`listed_files` names the sample shards the kept checkpoints need.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from bdlkit.core.errors import CorruptFileError, RecoveryWarning, caller_stacklevel
+from bdlkit.engine.checkpoint import (
+    Checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_meta,
+    sane,
+    set_aside,
+)
+
+CHECKPOINT_FORMAT = 2  # 2: the hyperparameter record of bdlkit.core.protocol.AlgorithmBase
+FORMAT_SINCE = "0.2.0"  # the release that introduced CHECKPOINT_FORMAT 2
+SANE_FACTOR = 1e6  # a sane checkpoint's max |θ| is at most this times max(1, max |θ₀|)
+
+
+def open_newest(folder: Path) -> tuple[Path, Checkpoint]:
+    """The newest readable checkpoint in ``folder`` (damaged newer ones set aside)."""
+    found = list_checkpoints(folder)
+    if not found:
+        raise FileNotFoundError(
+            f"no checkpoint in {folder}: the run stopped before its first checkpoint; start "
+            "it again with --overwrite"
+        )
+    for path in reversed(found):
+        try:
+            return path, load_checkpoint(path)
+        except CorruptFileError as err:
+            moved = set_aside(path, "damaged")
+            warnings.warn(f"{err}; set it aside as {moved.name} and continuing from the "
+                          "previous checkpoint", RecoveryWarning, stacklevel=caller_stacklevel())
+    raise CorruptFileError(
+        f"every checkpoint in {folder} is damaged (set aside as *.damaged): the run cannot be "
+        "resumed; start it again with --overwrite, or restore a checkpoint from a backup"
+    )
+
+
+def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path,
+                      method: str, changed: tuple[str, ...] = (),
+                      fix: str = "resume with the run's own configuration") -> None:
+    """Refuse checkpoint ``path`` (metadata ``meta``) unless it was written by the run
+    ``expected`` describes (:meth:`bdlkit.Runner.fingerprint`, method, seed, length).
+    ``changed`` names hyperparameters the caller has deliberately changed (a resume with
+    a smaller step size). A key the checkpoint does not record (written by an older
+    bdlkit, e.g. ``samples``) is not checked."""
+    written = meta.get("checkpoint_format", 1)
+    if written > CHECKPOINT_FORMAT:
+        raise ValueError(
+            f"checkpoint {path} has checkpoint format {written}, newer than this bdlkit's "
+            f"({CHECKPOINT_FORMAT}): resume it with the bdlkit release that wrote it"
+        )
+    for key, value in expected.items():
+        saved = meta.get(key, "1" if key == "algorithm_version" else None)
+        if key == "algorithm_version" and saved != value:
+            raise ValueError(
+                f"checkpoint {path} was written by version {saved} of {method}, whose update "
+                f"rule differs from this bdlkit's (version {value}); finish the run with the "
+                "bdlkit release that started it, or start it again"
+            )
+        if key == "hyperparameters" and saved != value and written < CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"checkpoint {path} has checkpoint format {written} (written before bdlkit "
+                f"{FORMAT_SINCE}); this version writes format {CHECKPOINT_FORMAT} and records "
+                f"{key} differently, so it cannot check that the run is the same: finish the "
+                "run with the bdlkit release that started it, or start it again"
+            )
+        if key == "hyperparameters" and changed:
+            saved, value = _without(saved, changed), _without(value, changed)
+        if key == "samples" and key not in meta:
+            continue
+        if saved != value:
+            raise ValueError(
+                f"checkpoint {path} was written with {key}={saved!r}, but this run has "
+                f"{key}={value!r}; {fix}"
+            )
+
+
+def _without(record: Any, names: tuple[str, ...]) -> Any:
+    if not isinstance(record, str):
+        return record
+    values = json.loads(record)
+    return json.dumps({k: v for k, v in values.items() if k not in names}, sort_keys=True)
+
+
+def listed_files(folder: Path, skip: Path | None = None) -> set[str]:
+    """Sample shard files listed by the checkpoints in ``folder`` (but ``skip``)."""
+    names: set[str] = set()
+    for path in list_checkpoints(folder):
+        meta = read_meta(path) if path != skip else None
+        store = meta.get("store") if meta else None
+        if isinstance(store, dict) and isinstance(store.get("shards"), list):
+            names |= {s["file"] for s in store["shards"] if isinstance(s, dict) and "file" in s}
+    return names
+
+
+def newest_sane(folder: Path) -> Path | None:
+    """The newest checkpoint whose parameters were finite and below its bound."""
+    for path in reversed(list_checkpoints(folder)):
+        meta = read_meta(path)
+        if meta is not None and sane(meta):
+            return path
+    return None
+
+
+def set_aside_diverged(folder: Path) -> Path | None:
+    """After a NaN stop: set aside the checkpoints newer than the newest sane one, so a
+    resume starts from it; returns it (None when there is none)."""
+    keep = newest_sane(folder)
+    for path in list_checkpoints(folder):
+        if keep is None or path > keep:
+            set_aside(path, "diverged")
+    return keep
