@@ -83,6 +83,16 @@ def all_finite(tree: TensorTree) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
+def max_abs(tree: TensorTree) -> float:
+    """The largest |value| over the floating leaves (inf when any is NaN; 0 for none)."""
+    values = [t.detach().abs().max() for t in tree_leaves(tree)
+              if torch.is_floating_point(t) and t.numel()]
+    if not values:
+        return 0.0
+    big = float(torch.stack([v.to(torch.float64).cpu() for v in values]).max())
+    return float("inf") if big != big else big
+
+
 def device_of(tree: TensorTree) -> torch.device:
     """Device of the first leaf (CPU for an empty tree)."""
     leaves = tree_leaves(tree)

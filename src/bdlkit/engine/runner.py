@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +38,7 @@ from bdlkit.core.serialization import (
     state_from_tensors,
     state_to_tensors,
 )
-from bdlkit.core.tree import TensorTree, tree_leaves
+from bdlkit.core.tree import TensorTree, max_abs
 from bdlkit.engine import vi_checks
 from bdlkit.engine.batches import Batches
 from bdlkit.engine.checkpoint import (
@@ -62,25 +61,12 @@ from bdlkit.engine.resume import (
     set_aside_diverged,
 )
 from bdlkit.engine.runlog import append_log, read_log, truncate_log
-from bdlkit.engine.signals import deferred_stop
+from bdlkit.engine.signals import Interrupted, deferred_stop
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.full_gaussian import FullGaussianParams
 from bdlkit.problems import Target
 
 DATA_SEED_SALT = 0xDA7A
-
-
-class Interrupted(KeyboardInterrupt):
-    """The run was stopped by Ctrl-C (SIGINT) or SIGTERM after a checkpoint was written."""
-
-    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT) -> None:
-        where = f"; checkpoint {checkpoint}" if checkpoint else " (no run_dir: nothing saved)"
-        name = signal.Signals(signum).name
-        super().__init__(f"interrupted by {name} after step {step}{where}")
-        self.step, self.checkpoint, self.signum = step, checkpoint, signum
-
-    def __reduce__(self) -> tuple:  # picklable, e.g. from a worker process
-        return (Interrupted, (self.step, self.checkpoint, self.signum))
 
 
 class Runner:
@@ -359,7 +345,7 @@ class Runner:
     # ------------------------------------------------------------------ internals
     def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:
         state = self.initial_state()
-        self._sane_bound = SANE_FACTOR * max(1.0, _max_abs(self.algorithm.params(state)))
+        self._sane_bound = SANE_FACTOR * max(1.0, max_abs(self.algorithm.params(state)))
         folder = self.run_dir / "checkpoints" if self.run_dir is not None else None
         if folder is not None:
             remove_stale_temps(folder)  # left by a writer killed mid-write
@@ -433,15 +419,15 @@ class Runner:
         store_meta, store_tensors = (
             self.store.state_dict() if self.store is not None else ({}, {})
         )
-        max_abs = _max_abs(self.algorithm.params(state))
+        largest = max_abs(self.algorithm.params(state))
         meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
                 "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed,
-                "store": store_meta, "max_abs": max_abs, "sane_bound": self._sane_bound,
+                "store": store_meta, "max_abs": largest, "sane_bound": self._sane_bound,
                 **self.fingerprint()}
         ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
                           data=self.batches.state_dict(t), rng=global_rng_state())
         folder = self.run_dir / "checkpoints"
-        protect = None if max_abs <= self._sane_bound else newest_sane(folder)
+        protect = None if largest <= self._sane_bound else newest_sane(folder)
         self.last_checkpoint = save_checkpoint(folder, ckpt, protect=protect)
         if self.store is not None:
             self.store.collect_garbage(keep=listed_files(folder))
@@ -456,16 +442,6 @@ def store_options(algorithm: Algorithm) -> dict[str, Any]:
 def _postfix(entry: dict[str, float]) -> dict[str, str]:
     keys = [k for k in entry if k == "log_prob" or k.startswith("eval/")]
     return {k.removeprefix("eval/"): f"{entry[k]:.4g}" for k in keys}
-
-
-def _max_abs(params: Any) -> float:
-    """The largest |value| over a parameter pytree's floating tensors (inf if any is NaN)."""
-    big = 0.0
-    for leaf in tree_leaves(params):
-        if isinstance(leaf, Tensor) and leaf.is_floating_point() and leaf.numel():
-            value = float(leaf.detach().abs().max())
-            big = max(big, value if value == value else float("inf"))
-    return big
 
 
 def _scalar(v: Any) -> float:

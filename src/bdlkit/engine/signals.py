@@ -2,7 +2,7 @@
 
 While a run is in progress the first signal only sets a flag; the runner checks it
 after each completed step, writes a checkpoint and raises
-:class:`~bdlkit.engine.runner.Interrupted`. A second signal aborts at once (the default
+:class:`Interrupted`. A second signal aborts at once (the default
 behaviour). Signals the parent process set to be ignored stay ignored, and outside
 the main thread (where Python cannot install handlers) nothing is changed.
 """
@@ -13,6 +13,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -40,3 +41,16 @@ def deferred_stop() -> Iterator[Callable[[], int | None]]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by Ctrl-C (SIGINT) or SIGTERM after a checkpoint was written."""
+
+    def __init__(self, step: int, checkpoint: Path | None, signum: int = signal.SIGINT) -> None:
+        where = f"; checkpoint {checkpoint}" if checkpoint else " (no run_dir: nothing saved)"
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {name} after step {step}{where}")
+        self.step, self.checkpoint, self.signum = step, checkpoint, signum
+
+    def __reduce__(self) -> tuple:  # picklable, e.g. from a worker process
+        return (Interrupted, (self.step, self.checkpoint, self.signum))

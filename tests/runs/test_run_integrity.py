@@ -1,0 +1,186 @@
+"""Nothing damaged is read as good (issue 19, F1-F4, F10, F12): checksummed checkpoints,
+shards and saved results, the manifest checked against the checkpoint, one writer per
+run folder, and a resume that sets a damaged checkpoint aside and recomputes."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import bdlkit
+from bdlkit.core.errors import CorruptFileError, RecoveryWarning
+from bdlkit.engine.checkpoint import latest_checkpoint, list_checkpoints
+from bdlkit.engine.lock import LOCK_NAME, FolderBusyError
+from bdlkit.runs import directory as run
+from bdlkit.runs.config import RunConfig, load_yaml, save_yaml
+
+CONFIG = dict(method="sgld", data="digits", model_kwargs={"hidden": [8]}, steps=60,
+              batch_size=64, burnin=10, thin=1, max_samples=50, checkpoint_every=10,
+              log_every=10, eval_samples=8, hyper={"lr": 1e-3})
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished sgld run (50 draws: shards of 50 under the default shard size) and its
+    metrics.json bytes."""
+    out = tmp_path_factory.mktemp("integrity") / "run"
+    run.fit(RunConfig(**CONFIG), out)
+    return out, (out / "metrics.json").read_bytes()
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(finished[0], out)
+    return out
+
+
+def _flip(path, offset_from_end, mask=0x01):
+    raw = bytearray(path.read_bytes())
+    raw[-offset_from_end] ^= mask
+    path.write_bytes(bytes(raw))
+
+
+def test_the_newest_two_checkpoints_are_kept(finished):
+    names = [p.name for p in list_checkpoints(finished[0] / "checkpoints")]
+    assert names == ["step-000000050.safetensors", "step-000000060.safetensors"]
+
+
+def test_f1_a_flipped_checkpoint_byte_is_refused_and_resume_recomputes(copy, finished):
+    """F1: a byte flipped inside the final checkpoint's tensor data (header intact) used
+    to give evaluate and --resume exit 0 with other metrics."""
+    final = latest_checkpoint(copy / "checkpoints")
+    _flip(final, 100)
+    with pytest.raises(CorruptFileError, match=f"{final.name}.*damaged.*--resume"):
+        run.reevaluate(copy)
+    with pytest.warns(RecoveryWarning, match="set it aside"):
+        run.resume(copy)
+    assert (copy / "checkpoints" / f"{final.name}.damaged").exists()
+    assert (copy / "metrics.json").read_bytes() == finished[1]
+    run.reevaluate(copy)
+    assert (copy / "metrics.json").read_bytes() == finished[1]
+
+
+def test_f2_a_flipped_exponent_bit_in_a_shard_is_refused(copy):
+    """F2: flipped exponent bits in a sample shard used to change the metrics silently."""
+    shard = sorted((copy / "samples").glob("shard-*.safetensors"))[0]
+    _flip(shard, 2, mask=0x40)  # the high byte of a little-endian float32: its exponent
+    with pytest.raises(CorruptFileError, match=f"{shard.name}.*damaged"):
+        run.reevaluate(copy)
+
+
+@pytest.mark.parametrize("edit", ["drop_shard", "offset", "total_seen"])
+def test_f3_an_edited_manifest_is_refused_and_resume_rewrites_it(copy, finished, edit):
+    """F3: removing a shard entry or editing the offset used to make evaluate silently
+    use fewer draws; the manifest is now checked against the final checkpoint's record."""
+    path = copy / "samples" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if edit == "drop_shard":
+        manifest["shards"] = manifest["shards"][1:] or []
+        manifest["offset"] = 0
+    elif edit == "offset":
+        manifest["offset"] = 3
+    else:
+        manifest["total_seen"] += 1
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(CorruptFileError, match="manifest.json does not match"):
+        run.reevaluate(copy)
+    run.resume(copy)  # the checkpoint's record is the truth
+    assert (copy / "metrics.json").read_bytes() == finished[1]
+
+
+def test_f4_a_second_writer_is_refused_while_the_first_runs(copy):
+    """F4: two writers on one folder used to interleave log.jsonl."""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from bdlkit.engine.lock import run_lock
+        with run_lock({str(copy)!r}, "a test holding the lock"):
+            print("held", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = (copy / "log.jsonl").read_bytes()
+        for attempt in (lambda: run.resume(copy), lambda: run.reevaluate(copy),
+                        lambda: run.fit(RunConfig(**CONFIG), copy, overwrite=True)):
+            with pytest.raises(FolderBusyError, match=f"PID {holder.pid}.*holding the lock"):
+                attempt()
+        assert (copy / "log.jsonl").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    run.reevaluate(copy)  # the kernel released the dead holder's lock: taken over
+
+
+def test_a_lock_file_left_by_a_dead_process_is_taken_over(copy):
+    (copy / LOCK_NAME).write_text(json.dumps({"pid": 999999, "host": "elsewhere",
+                                              "purpose": "x", "command": "y", "since": "z"}))
+    run.reevaluate(copy)
+
+
+def test_f10_stale_temporary_files_are_removed_on_resume(copy, finished):
+    """F10: a kill during a checkpoint write used to leave .step-*.tmp files forever."""
+    stale = [copy / "checkpoints" / ".step-000000060.safetensors.ab12cd34.tmp",
+             copy / "samples" / ".shard-000001.safetensors.zz99yy88.tmp",
+             copy / ".metrics.json.k3j4h5g6.tmp"]
+    for path in stale:
+        path.write_bytes(b"half a file")
+    run.resume(copy)
+    assert not any(p.exists() for p in stale)
+    assert (copy / "metrics.json").read_bytes() == finished[1]
+
+
+def test_an_edited_burnin_is_refused_by_resume_and_evaluate(copy):
+    """Resume used to ignore an edited burnin, and evaluate did not check config.yaml
+    against the checkpoint."""
+    values = load_yaml(copy / "config.yaml")
+    save_yaml(copy / "config.yaml", {**values, "burnin": 20})
+    with pytest.raises(ValueError, match="samples='burnin=10.*burnin=20"):
+        run.resume(copy)
+    with pytest.raises(ValueError, match="config.yaml was edited"):
+        run.reevaluate(copy)
+    save_yaml(copy / "config.yaml", {**values, "prior_scale": 3.0})
+    with pytest.raises(ValueError, match="problem=.*config.yaml was edited"):
+        run.reevaluate(copy)
+
+
+@pytest.mark.parametrize("damage", ["flip_samples", "delete_samples", "flip_state",
+                                    "no_method", "swap_samples"])
+def test_f12_a_damaged_saved_result_is_refused(tmp_path, damage):
+    """F12: bdlkit.load of a saved Result with a bit-flipped or deleted samples file used
+    to succeed with other draws or samples=None."""
+    target = bdlkit.Target(lambda t: -0.5 * (t**2).sum(-1), dim=3)
+    result = bdlkit.infer(target, "sgld", steps=60, seed=0, lr=0.1)
+    result.save(tmp_path / "a")
+    assert torch.equal(bdlkit.load(tmp_path / "a").samples, result.samples)
+    folder = tmp_path / "a"
+    if damage == "flip_samples":
+        _flip(folder / "samples.safetensors", 5)
+    elif damage == "delete_samples":
+        (folder / "samples.safetensors").unlink()
+    elif damage == "flip_state":
+        _flip(folder / "state.safetensors", 3)
+    elif damage == "swap_samples":
+        other = bdlkit.infer(target, "sgld", steps=60, seed=1, lr=0.1)
+        other.save(tmp_path / "b")
+        shutil.copy(tmp_path / "b" / "samples.safetensors", folder / "samples.safetensors")
+    else:
+        meta = json.loads((folder / "result.json").read_text())
+        del meta["config"]["method"]
+        (folder / "result.json").write_text(json.dumps(meta))
+    problem = target if damage == "flip_state" else None
+    with pytest.raises(CorruptFileError, match="safetensors|method"):
+        bdlkit.load(folder, problem=problem)
+
+
+def test_the_lock_is_released_after_a_run(finished):
+    time.sleep(0)  # the fixture's run has returned: a new writer takes the lock at once
+    from bdlkit.engine.lock import run_lock
+
+    with run_lock(finished[0]):
+        pass
