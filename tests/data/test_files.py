@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bdlkit.core.errors import DataError, DataWarning, InputError
+from bdlkit.data import load
+from bdlkit.data.dataset import Dataset
 from bdlkit.data.files import load_file
 
 
@@ -23,7 +28,8 @@ def test_npz_explicit_split_classification(tmp_path: Path) -> None:
     }
     path = tmp_path / "cls.npz"
     np.savez(path, **arrays)
-    d = load_file(path)
+    with pytest.warns(DataWarning, match=r"2 of the 5 classes never occur.*: 3, 4\."):
+        d = load_file(path)  # class 4 only in the test split, class 3 nowhere
     assert d.task == "classification" and d.num_classes == 5 and d.name == "cls"
     assert d.x_train.dtype == torch.float32 and d.y_train.dtype == torch.int64
     assert d.x_val.shape == (5, 4)
@@ -43,7 +49,8 @@ def test_npz_xy_split_regression(tmp_path: Path) -> None:
     assert all_x == x.tolist()
     again = load_file(path, test_fraction=0.25, seed=1)
     assert torch.equal(again.x_test, d.x_test)
-    forced = load_file(path, task="classification")
+    with pytest.warns(DataWarning, match="119 of the 199 classes"):
+        forced = load_file(path, task="classification")
     assert forced.task == "classification" and forced.num_classes == 199
 
 
@@ -60,6 +67,8 @@ def test_csv_roundtrip(tmp_path: Path) -> None:
     assert torch.allclose(last.y_train, last.x_train[:, 0] * 0.5)
     cls = load_file(path, target="label", task="classification")
     assert cls.num_classes == 3 and cls.y_train.dtype == torch.int64
+    declared = load_file(path, target="label", num_classes=3)  # a count makes it classification
+    assert declared.task == "classification" and declared.num_classes == 3
 
 
 def test_nan_and_inf_errors(tmp_path: Path) -> None:
@@ -125,3 +134,143 @@ def test_missing_and_unsupported(tmp_path: Path) -> None:
     other.write_bytes(b"")
     with pytest.raises(ValueError, match=r"\.npz, \.csv"):
         load_file(other)
+
+
+# --- data contracts (issue 19, item 4): F5 shapes, F6 empty data, F7 labels, value range ---
+
+
+def _npz(tmp_path: Path, name: str = "d.npz", **arrays: np.ndarray) -> Path:
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def _splits(x_test_shape=(50, 5), y_test_shape=(50,), **extra: np.ndarray) -> dict:
+    return {"x_train": np.ones((60, 5)), "y_train": np.ones(60),
+            "x_test": np.ones(x_test_shape), "y_test": np.ones(y_test_shape), **extra}
+
+
+def test_f5_split_feature_shapes_must_match(tmp_path: Path) -> None:
+    path = _npz(tmp_path, **_splits(x_test_shape=(50, 6)))
+    with pytest.raises(DataError, match=r"x_test has shape \(50, 6\).*x_train has \(60, 5\)"):
+        load_file(path)
+    path = _npz(tmp_path, **_splits(x_val=np.ones((4, 5, 1)), y_val=np.ones(4)))
+    with pytest.raises(DataError, match=r"x_val has shape \(4, 5, 1\)"):
+        load_file(path)
+    path = _npz(tmp_path, **_splits(y_test_shape=(50, 2)))
+    with pytest.raises(DataError, match=r"y_test has shape \(50, 2\).*y_train has \(60,\)"):
+        load_file(path)
+    with pytest.raises(DataError, match="x_test"):  # every loader gets the check
+        Dataset("toy", "regression", torch.ones(6, 5), torch.ones(6),
+                torch.ones(5, 6), torch.ones(5))
+
+
+def test_f6_empty_data_is_refused(tmp_path: Path) -> None:
+    csv = tmp_path / "header.csv"
+    for text in ("a,b\n", "a,b\n\n\n , \n"):
+        csv.write_text(text)
+        with pytest.raises(DataError, match="header.csv has no data rows"):
+            load_file(csv)
+    with pytest.raises(DataError, match="e.npz has no data rows"):
+        load_file(_npz(tmp_path, "e.npz", x=np.ones((0, 3)), y=np.ones(0)))
+    empty_train = _splits() | {"x_train": np.ones((0, 5)), "y_train": np.ones(0)}
+    with pytest.raises(DataError, match="x_train has no rows"):
+        load_file(_npz(tmp_path, **empty_train))
+    with pytest.raises(DataError, match="cannot split 1 row"):
+        load_file(_npz(tmp_path, x=np.ones((1, 3)), y=np.ones(1)))
+    with pytest.raises(DataError, match=r"'x' has no values per row \(shape \(4, 0\)\)"):
+        load_file(_npz(tmp_path, x=np.ones((4, 0)), y=np.ones(4)))
+
+
+def test_f7_huge_labels_are_refused_not_allocated(tmp_path: Path) -> None:
+    y = np.zeros(10, dtype=np.int64)
+    y[9] = 10**9
+    path = _npz(tmp_path, x=np.ones((10, 2)), y=y)
+    with pytest.raises(DataError, match=r"label 1000000000 .*'y', row 9.*10000.*0\.\.K-1"):
+        load_file(path)
+    y[9] = 50_000
+    with pytest.raises(DataError, match="label 50000.*num_classes"):
+        load_file(_npz(tmp_path, x=np.ones((10, 2)), y=y))
+    with pytest.warns(DataWarning):  # declared: allowed above the cap (classes unused)
+        assert load_file(path, num_classes=10**9 + 1).num_classes == 10**9 + 1
+
+
+def test_f7_labels_checked_against_declared_num_classes(tmp_path: Path) -> None:
+    arrays = _splits() | {"y_train": np.arange(60) % 3, "y_test": np.arange(50) % 3}
+    arrays["y_test"][7] = 12
+    path = _npz(tmp_path, **arrays)
+    with pytest.raises(DataError, match=r"'y_test', row 7.*label 12.*num_classes=10"):
+        load_file(path, num_classes=10)
+    with pytest.warns(DataWarning, match="10 of the 13 classes"):
+        assert load_file(path).num_classes == 13  # inferred once, from every split
+    with pytest.raises(DataError, match="label 12.*num_classes=4"):
+        load(str(path), num_classes=4)  # data.load passes it on, as --data-kwargs does
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(InputError, match="num_classes"):
+            load_file(path, num_classes=bad)
+    with pytest.raises(InputError, match="num_classes.*classification"):
+        load_file(path, num_classes=13, task="regression")
+
+
+def test_f7_unused_and_single_classes_warn(tmp_path: Path) -> None:
+    path = _npz(tmp_path, x=np.ones((40, 2)), y=np.arange(40) % 3)
+    with pytest.warns(DataWarning, match=r"7 of the 10 classes never occur.*3, 4, 5, 6, 7"):
+        load_file(path, num_classes=10)
+    with pytest.warns(DataWarning, match="a single class"):
+        d = load_file(_npz(tmp_path, "one.npz", x=np.ones((40, 2)), y=np.zeros(40, dtype=int)))
+    assert d.num_classes == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_file(path).num_classes == 3  # every class present: no warning
+
+
+def test_float32_overflow_names_array_and_column(tmp_path: Path) -> None:
+    x = np.ones((10, 4))
+    x[3, 2] = -1e39
+    with pytest.raises(DataError, match=r"'x', row 3, feature 2.*-1e\+39.*float32.*rescale"):
+        load_file(_npz(tmp_path, x=x, y=np.ones(10)))
+    with pytest.raises(DataError, match=r"'y_train', row 0.*1e\+300"):
+        load_file(_npz(tmp_path, **_splits(y_train=np.full(60, 1e300))))
+    csv = tmp_path / "big.csv"
+    csv.write_text("a,b,t\n" + "".join(f"{i},{'2e40' if i == 4 else i},{i}\n" for i in range(9)))
+    with pytest.raises(DataError, match=r"column 'b', data row 5.*2e\+40"):
+        load_file(csv)
+
+
+def test_huge_but_representable_values_warn(tmp_path: Path) -> None:
+    csv = tmp_path / "scale.csv"
+    csv.write_text("a,b,t\n" + "".join(f"{i},{i * 1e30},{i * 1e7}\n" for i in range(9)))
+    with pytest.warns(DataWarning) as record:
+        load_file(csv)
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 2, messages
+    assert re.search(r"input column\(s\) 'b' \(max \|value\| 8e\+30\).*standardis", messages[0])
+    assert re.search(r"regression target\(s\) 't' \(max \|value\| 8e\+07\)", messages[1])
+
+
+def test_uint64_labels_report_their_true_value(tmp_path: Path) -> None:
+    y = np.arange(10, dtype=np.uint64) % 2
+    y[4] = 2**63 + 5
+    with pytest.raises(DataError, match=f"label {2**63 + 5} .*row 4"):
+        load_file(_npz(tmp_path, x=np.ones((10, 2)), y=y))
+    with pytest.raises(DataError, match=f"label {2**63 + 5}"):
+        load_file(_npz(tmp_path, x=np.ones((10, 2)), y=y), num_classes=2)
+
+
+def test_bool_integral_float_and_negative_labels(tmp_path: Path) -> None:
+    d = load_file(_npz(tmp_path, x=np.ones((10, 2)), y=np.arange(10) % 2 == 0))
+    assert d.num_classes == 2 and d.y_train.dtype == torch.int64
+    f = load_file(_npz(tmp_path, x=np.ones((10, 2)), y=(np.arange(10) % 3).astype(np.float16)),
+                  task="classification")
+    assert f.num_classes == 3
+    y = np.arange(10) % 2
+    y[6] = -3
+    with pytest.raises(DataError, match=r"label -3 .*'y', row 6"):
+        load_file(_npz(tmp_path, x=np.ones((10, 2)), y=y))
+
+
+def test_complex_and_text_arrays_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="'x' is complex"):
+        load_file(_npz(tmp_path, x=np.ones((10, 2), dtype=complex), y=np.ones(10)))
+    with pytest.raises(DataError, match="'y' has non-numeric dtype"):
+        load_file(_npz(tmp_path, x=np.ones((10, 2)), y=np.array(["a"] * 10)))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from bdlkit.core.errors import DataError, InputError
 from bdlkit.data.timeseries import expected_windows, load_csv_series, load_forecasting
 
 
@@ -120,6 +121,22 @@ def test_csv_series_errors(tmp_path: Path) -> None:
     _write_series(path, 300, True)
     with pytest.raises(ValueError, match="target column 'zz'"):
         load_csv_series(path, horizon=10, target="zz")
+
+
+def test_header_only_short_and_unreadable_series_are_data_errors(tmp_path: Path) -> None:
+    path = tmp_path / "head.csv"
+    for text in ("date,a,b\n", "date,a,b\n\n \n"):
+        path.write_text(text)
+        with pytest.raises(DataError, match="head.csv: no data rows below the header"):
+            load_csv_series(path, horizon=1)
+    path.write_text("date,a\n2020-01-01,1\n2020-01-02,2\n2020-01-03,3\n")
+    with pytest.raises(DataError, match="the train split .* has 2 rows, too few"):
+        load_csv_series(path, horizon=1)
+    path.write_bytes(b"a,b\n1,\xff\n")
+    with pytest.raises(DataError, match="not UTF-8"):
+        load_csv_series(path, horizon=1)
+    with pytest.raises(InputError, match="horizon must be a positive integer"):
+        load_csv_series(path, horizon=0)
 
 
 # --- refusals of bad input, the constant-channel warning, the scaler -------------------------

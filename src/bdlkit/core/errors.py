@@ -37,6 +37,11 @@ class VIWarning(UserWarning):
     """A VI run finished but its approximation should not be trusted as it is."""
 
 
+class DataWarning(UserWarning):
+    """A data set loads but looks wrong for training as it is: values far from unit scale,
+    classes that never occur in the training labels, or a single training class."""
+
+
 class PointEstimateWarning(VIWarning):
     """A VI run's σ barely moved from ``init_std``: q is still close to a point estimate."""
 

@@ -1,8 +1,9 @@
 """Reading a time-series CSV: the header, numeric columns, time stamps, and every refusal.
 
 Used by :mod:`bdlkit.data.timeseries` (forecasting windows) and :mod:`bdlkit.data.files`
-(tabular CSVs). Every error names the file, the column or the data row with its CSV line
-number, and the fix. Read with the :mod:`csv` module (no pandas dependency).
+(tabular CSVs). Every error is a :class:`~bdlkit.core.errors.DataError` naming the file,
+the column or the data row with its CSV line number, and the fix. Read with the :mod:`csv`
+module (no pandas dependency).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bdlkit.core.errors import DataError
 
 
 def _where(i: int, lines: list[int] | None) -> str:
@@ -34,7 +37,7 @@ def numeric_columns(
             try:
                 values[i, k] = float(cell) if cell else np.nan
             except ValueError:
-                raise ValueError(
+                raise DataError(
                     f"{path}: non-numeric value {cell!r} in column {header[j]!r}, "
                     f"{_where(i, lines)}. Fix: make every cell of the column a number, or "
                     f"drop the column (only the time-stamp column may hold text)"
@@ -42,22 +45,36 @@ def numeric_columns(
     return values
 
 
-def _read_lines(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
-    """Header, data rows (blank lines skipped) and each row's 1-based CSV line number."""
+def _parse_lines(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, non-blank data rows and their CSV line numbers (no checks)."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         try:
             header = [h.strip() for h in next(reader)]
         except StopIteration:
-            raise ValueError(f"{path}: empty CSV file; it needs a header and data rows") from None
+            raise DataError(f"{path}: empty CSV file; it needs a header and data rows") from None
         rows, lines = [], []
         for row in reader:
             if row and any(cell.strip() for cell in row):
                 rows.append(row)
                 lines.append(reader.line_num)
+    return header, rows, lines
+
+
+def _read_lines(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, data rows (blank lines skipped) and each row's 1-based CSV line number."""
+    try:
+        header, rows, lines = _parse_lines(path)
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}). Fix: save the CSV "
+            f"as UTF-8"
+        ) from None
+    except csv.Error as err:
+        raise DataError(f"{path}: not a readable CSV file ({err})") from None
     for i, row in enumerate(rows):
         if len(row) != len(header):
-            raise ValueError(
+            raise DataError(
                 f"{path}: {_where(i, lines)} has {len(row)} fields, the header has "
                 f"{len(header)}. Fix: give every row one value per header column"
             )
@@ -78,13 +95,13 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _unknown_column(path: Path, what: str, name: str, names: list[str], fix: str) -> ValueError:
+def _unknown_column(path: Path, what: str, name: str, names: list[str], fix: str) -> DataError:
     """A missing-column error listing ``names`` and the closest match."""
     lower = {n.lower(): n for n in names}
     close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.5)
     hint = f" (did you mean {lower[close[0]]!r}?)" if close else ""
     listing = ", ".join(repr(n) for n in names)
-    return ValueError(
+    return DataError(
         f"{path}: {what} {name!r} not found{hint}; available columns: {listing}. Fix: {fix}"
     )
 
@@ -98,7 +115,7 @@ def _check_dates(
     """
     empty = [i for i, d in enumerate(dates) if not d]
     if empty:
-        raise ValueError(
+        raise DataError(
             f"{path}: {len(empty)} missing time stamp(s) in column {column!r}, the first at "
             f"{_where(empty[0], lines)}. Fix: fill in the time stamps or remove those rows"
         )
@@ -116,7 +133,7 @@ def _check_dates(
             problem, fix = f"duplicate time stamp {cur!r}", "remove or merge the duplicate rows"
         else:
             problem, fix = f"{cur!r} goes backwards", "sort the rows by time stamp, oldest first"
-        raise ValueError(
+        raise DataError(
             f"{path}: column {column!r} must be strictly increasing but has {len(bad)} "
             f"non-increasing step(s); the first: {problem} at {_where(i + 1, lines)}, after "
             f"{prev!r} in row {i + 1}. Fix: {fix}"
@@ -127,7 +144,7 @@ def _check_dates(
     gaps = [i for i, s in enumerate(steps) if s != step]
     if gaps and not allow_gaps and all(steps[i] % step == step * 0 for i in gaps):
         missing, i = sum(steps[i] // step - 1 for i in gaps), gaps[0]
-        raise ValueError(
+        raise DataError(
             f"{path}: {missing} missing time stamps, first after row {i + 1} ({dates[i]}) "
             f"(CSV line {lines[i]}; the next is {dates[i + 1]!r}) in column {column!r}, "
             f"whose regular step is {step}. Fix: fill in the missing "
@@ -147,7 +164,7 @@ def parse_series(
     """
     header, rows, lines = _read_lines(path)
     if not rows:
-        raise ValueError(f"{path}: no data rows below the header")
+        raise DataError(f"{path}: no data rows below the header")
     lower = [h.lower() for h in header]
     date_idx: int | None = None
     if date_column is not None and date_column.lower() in lower:
@@ -159,7 +176,7 @@ def parse_series(
         date_idx = 0  # a non-numeric first column is taken as the time stamp
     numeric = [j for j in range(len(header)) if j != date_idx]
     if not numeric:
-        raise ValueError(f"{path}: no numeric columns besides the time stamp {header[0]!r}")
+        raise DataError(f"{path}: no numeric columns besides the time stamp {header[0]!r}")
     if target is None:
         tgt = numeric[-1]
     elif target in header:
@@ -168,7 +185,7 @@ def parse_series(
         names = [header[j] for j in numeric]
         raise _unknown_column(path, "target column", target, names, "pass target= one of these")
     if tgt == date_idx:
-        raise ValueError(
+        raise DataError(
             f"{path}: the target column {target!r} is the time-stamp column; pick a numeric "
             f"target, or pass date_column=None if the column is not a time stamp"
         )
@@ -179,7 +196,7 @@ def parse_series(
         i, k = (int(v) for v in np.argwhere(bad)[0])
         cell = rows[i][order[k]].strip()
         kind = "an empty cell" if not cell else f"{cell!r}"
-        raise ValueError(
+        raise DataError(
             f"{path}: {int(bad.sum())} empty or NaN/inf cell(s) in {int(bad.any(1).sum())} "
             f"row(s); the first is {kind} in column {header[order[k]]!r}, {_where(i, lines)}. "
             f"Fix: fill or interpolate the missing values, or drop those rows or columns"

@@ -3,19 +3,30 @@
 A :class:`Dataset` is a plain frozen record of tensors: train and test parts, an
 optional validation part, the task kind and what a model needs to know (number of
 classes, input shape, the scaling applied). Loaders are in sibling modules; this
-module only defines the record and its own consistency checks.
+module only defines the record and its own consistency checks (row counts, per-example
+shapes across splits, label range), which raise :class:`~bdlkit.core.errors.DataError`, and
+the label checks file loaders run on the labels as read (before any cast): values,
+the class count (declared, or inferred up to :data:`MAX_CLASSES`) and unused classes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from bdlkit.core.errors import DataError, DataWarning, caller_stacklevel
+
 Task = Literal["classification", "regression", "forecasting"]
+Where = Callable[[str, int], str]  # (array name, row) -> where it is, for a message
+MAX_CLASSES = 10_000  # cap on an inferred class count; a declared num_classes may exceed it
+_SHOWN = 5  # classes listed in a warning
 
 
 @dataclass(frozen=True)
@@ -44,15 +55,54 @@ class Dataset:
         for part in ("train", "test", "val"):
             x, y = getattr(self, f"x_{part}"), getattr(self, f"y_{part}")
             if (x is None) != (y is None):
-                raise ValueError(
+                raise DataError(
                     f"{self.name}: x_{part} and y_{part} must both be given or both be None"
                 )
+            if x is not None and (x.ndim == 0 or y.ndim == 0):
+                raise DataError(f"{self.name}: x_{part} and y_{part} need one row per example")
             if x is not None and len(x) != len(y):
-                raise ValueError(
+                raise DataError(
                     f"{self.name}: x_{part} has {len(x)} rows but y_{part} has {len(y)}"
                 )
-        if self.task == "classification" and self.num_classes is None:
-            raise ValueError(f"{self.name}: a classification dataset needs num_classes")
+        self._check_split_shapes()
+        if self.task == "classification":
+            self._check_labels()
+
+    @property
+    def _where(self) -> str:
+        """The file the data came from (``meta["file"]``), else the data set's name."""
+        return str(self.meta.get("file", self.name))
+
+    def _check_split_shapes(self) -> None:
+        """Every split's per-example shapes (x and y) must be the training split's."""
+        for role in ("x", "y"):
+            train = getattr(self, f"{role}_train")
+            for part in ("test", "val"):
+                t = getattr(self, f"{role}_{part}")
+                if t is not None and t.shape[1:] != train.shape[1:]:
+                    raise DataError(
+                        f"{self._where}: {role}_{part} has shape {tuple(t.shape)} but "
+                        f"{role}_train has {tuple(train.shape)}; every split needs the "
+                        f"per-example shape {tuple(train.shape[1:])}. Fix: give {role}_{part} "
+                        f"the same features (columns) as {role}_train"
+                    )
+
+    def _check_labels(self) -> None:
+        """Classification labels are integers in ``[0, num_classes)`` in every split."""
+        if self.num_classes is None:
+            raise DataError(f"{self.name}: a classification dataset needs num_classes")
+        for part in ("train", "test", "val"):
+            y = getattr(self, f"y_{part}")
+            if y is None or not len(y):
+                continue
+            if y.is_floating_point() or y.is_complex():
+                raise DataError(f"{self._where}: y_{part} labels must be integers, got {y.dtype}")
+            low, high = int(y.min()), int(y.max())
+            if low < 0 or high >= self.num_classes:
+                raise DataError(
+                    f"{self._where}: y_{part} has labels in [{low}, {high}], outside "
+                    f"[0, {self.num_classes}) for num_classes={self.num_classes}"
+                )
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -105,3 +155,84 @@ def as_float(x: Any, dtype: torch.dtype = torch.float32) -> Tensor:
 def as_labels(y: Any) -> Tensor:
     """Convert an array-like of integer labels to ``int64``."""
     return torch.as_tensor(y).to(torch.int64)
+
+
+# --- classification labels as a file holds them (numpy, before any cast) ---
+
+
+def _label_text(v: Any) -> str:
+    """A label as the file holds it (integral floats without the ``.0``)."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    return str(v) if isinstance(v, (int, bool)) else repr(v)
+
+
+def check_label_values(name: str, y: np.ndarray, path: Any, where: Where) -> None:
+    """Classification labels are 1-D, integral and >= 0 (values as the file holds them)."""
+    if y.ndim != 1:
+        raise DataError(
+            f"{path}: classification labels {name!r} must be 1-D, got {y.shape}. Fix: "
+            f"save one integer label per row"
+        )
+    if y.dtype.kind == "f" and not np.all(y == np.round(y)):
+        i = int(np.flatnonzero(y != np.round(y))[0])
+        raise DataError(
+            f"{path}: classification labels {name!r} are not integer-valued: "
+            f"{where(name, i)} holds {y[i].item()!r}. Fix: use labels 0..K-1, or "
+            f"task='regression'"
+        )
+    i = int(np.argmin(y))
+    if y[i].item() < 0:
+        raise DataError(
+            f"{path}: label {_label_text(y[i].item())} ({where(name, i)}) is "
+            f"negative; labels must be >= 0. Fix: relabel the classes to 0..K-1"
+        )
+
+
+def count_classes(
+    labels: dict[str, np.ndarray], declared: int | None, path: Any, where: Where
+) -> int:
+    """The declared count (every label below it), or max label + 1 up to MAX_CLASSES."""
+    name, y = max(labels.items(), key=lambda item: item[1].max().item())
+    i = int(np.argmax(y))
+    top = y[i].item()
+    fix = ("relabel the classes to 0..K-1, or declare the count with num_classes=K "
+           "(command line: --data-kwargs '{\"num_classes\": K}')")
+    if declared is None and int(top) + 1 > MAX_CLASSES:
+        raise DataError(
+            f"{path}: label {_label_text(top)} ({where(name, i)}) would make "
+            f"{int(top) + 1} classes, more than MAX_CLASSES = {MAX_CLASSES} that bdlkit "
+            f"infers. Fix: {fix}"
+        )
+    if declared is not None and top >= declared:
+        raise DataError(
+            f"{path}: {where(name, i)} has label {_label_text(top)}, outside "
+            f"[0, {declared}) for num_classes={declared}. Fix: {fix}"
+        )
+    return int(top) + 1 if declared is None else int(declared)
+
+
+def warn_unused_classes(y_train: Tensor, num_classes: int, path: Any) -> None:
+    """DataWarnings for a single training class or classes absent from training."""
+    present = set(torch.unique(y_train).tolist())
+    if len(present) == 1:
+        warnings.warn(
+            f"{path}: the training labels hold a single class ({present.pop()}) of "
+            f"{num_classes}; a classifier trained on them predicts it everywhere and its "
+            f"accuracy means nothing. Fix: include examples of every class in training",
+            DataWarning, stacklevel=caller_stacklevel(),
+        )
+        return
+    if len(present) < num_classes:
+        missing, c = [], 0
+        while len(missing) < _SHOWN and c < num_classes:  # at most len(present) + 5 steps
+            if c not in present:
+                missing.append(c)
+            c += 1
+        more = ", ..." if num_classes - len(present) > len(missing) else ""
+        warnings.warn(
+            f"{path}: {num_classes - len(present)} of the {num_classes} classes never occur in "
+            f"the training labels: {', '.join(map(str, missing))}{more}. Fix: relabel the "
+            f"classes to 0..K-1 or add training examples of them",
+            DataWarning, stacklevel=caller_stacklevel(),
+        )

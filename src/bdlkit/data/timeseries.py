@@ -24,11 +24,12 @@ look-back ``L`` (default ``2 * horizon``, as in Koopa) and horizon ``H``:
   x is ``(n, L, C)`` and y ``(n, H, C)``; ``features="M"`` (the default) keeps every
   column, ``"S"`` only the target (C = 1).
 
-Bad input is refused with a ``ValueError`` naming the file, column or row and the fix: empty,
-repeated, backward or skipped ISO time stamps; non-numeric, empty or NaN cells; an unknown
-target; a split shorter than ``L + H``; ``horizon < 1``, ``lookback < horizon`` or non-integer
-lengths. Channels constant over the training rows get std 1, ``meta["constant_channels"]`` and
-a :class:`UserWarning`.
+Bad input is refused with a :class:`~bdlkit.core.errors.DataError` (a bad option: an
+:class:`~bdlkit.core.errors.InputError`; both are ``ValueError``) naming the file, column or
+row and the fix: empty, repeated, backward or skipped ISO time stamps; non-numeric, empty or
+NaN cells; an unknown target; a split shorter than ``L + H``; ``horizon < 1``,
+``lookback < horizon`` or non-integer lengths. Channels constant over the training rows get
+std 1, ``meta["constant_channels"]`` and a :class:`~bdlkit.core.errors.DataWarning`.
 
 CSV files are read with the :mod:`csv` module (no pandas dependency).
 """
@@ -43,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from bdlkit.core.errors import DataError, DataWarning, InputError, caller_stacklevel
 from bdlkit.data.csv_series import parse_series
 from bdlkit.data.dataset import Dataset, as_float
 from bdlkit.data.roots import find
@@ -91,13 +93,13 @@ def _windows(series: torch.Tensor, start: int, end: int, L: int, H: int) -> tupl
 def _features(name: str, features: Any) -> str:
     """``"S"`` or ``"M"`` (case-insensitive)."""
     if not isinstance(features, str) or features.strip().upper() not in ("S", "M"):
-        raise ValueError(f"{name}: features must be 'S' (target) or 'M' (all), got {features!r}")
+        raise InputError(f"{name}: features must be 'S' (target) or 'M' (all), got {features!r}")
     return features.strip().upper()
 
 
 def _split_rows_error(
     path: Path, part: str, start: int, end: int, lookback: int, horizon: int
-) -> ValueError:
+) -> DataError:
     """A split with fewer than ``lookback + horizon`` rows, and which option to change."""
     rows, new = end - max(start, 0), end - max(start, 0) - lookback
     if part == "train":
@@ -106,7 +108,7 @@ def _split_rows_error(
         fix = f"lower horizon= to at most {new} (this split starts lookback rows early)"
     else:
         fix = "lower lookback= and horizon="
-    return ValueError(
+    return DataError(
         f"{path}: the {part} split (rows [{start}, {end})) has {rows} rows, too "
         f"few for look-back {lookback} + horizon {horizon}: each split needs at least "
         f"{lookback + horizon} rows. Fix: {fix}, or use a longer series"
@@ -140,8 +142,8 @@ def _build(
             f"{name} ({path}): channel(s) {', '.join(map(repr, constant))} are constant over "
             f"the {len(train_rows)} training rows; their std is set to 1, so they are only "
             f"centred (see meta['constant_channels'])",
-            UserWarning,
-            stacklevel=3,
+            DataWarning,
+            stacklevel=caller_stacklevel(),
         )
     series = as_float((values - mean) / std)
     (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = (
@@ -168,7 +170,7 @@ def _positive_int(name: str, what: str, value: Any) -> int:
     """``value`` as a positive int; bools, floats and strings are refused."""
     is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if not is_int or value < 1:
-        raise ValueError(
+        raise InputError(
             f"{name}: {what} must be a positive integer, got {value!r} "
             f"({type(value).__name__}). Fix: pass {what}= an int >= 1"
         )
@@ -180,7 +182,7 @@ def _check_lengths(name: str, horizon: Any, lookback: Any) -> tuple[int, int]:
     horizon = _positive_int(name, "horizon", horizon)
     lookback = 2 * horizon if lookback is None else _positive_int(name, "lookback", lookback)
     if lookback < horizon:
-        raise ValueError(
+        raise InputError(
             f"{name}: lookback {lookback} is shorter than horizon {horizon}; Koopa-style models "
             f"need lookback >= horizon. Fix: pass lookback >= {horizon}, or leave it unset for "
             f"the default 2 * horizon = {2 * horizon}"
@@ -225,7 +227,7 @@ def load_forecasting(
     if spec["kind"] == "ett_hour":
         b1, b2, b3 = _ETT_HOUR_BORDERS
         if n < b3:
-            raise ValueError(
+            raise DataError(
                 f"{path}: the ETT protocol needs at least {b3} rows (12/4/4 months), found {n}. "
                 f"Fix: use the complete ETTh2.csv"
             )
