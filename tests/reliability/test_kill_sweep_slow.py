@@ -113,4 +113,5 @@ def test_meta_train_sigkill_while_writing_its_checkpoint_then_rerun(tmp_path_fac
     assert killed.returncode == KILLED, explain(killed)
     assert [p.name for p in stale_temps(run)]  # the temporary checkpoint file
     rerun_meta_train(run, expect_from=META_EVERY)
+    assert stale_temps(run) == []  # the rerun, holding the folder's lock, removed it
     assert_same_meta_train(run, ref)

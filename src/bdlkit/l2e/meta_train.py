@@ -57,9 +57,11 @@ from bdlkit.core.serialization import (
     CorruptFileError,
     load_json,
     load_tensors_with_metadata,
+    remove_stale_temps,
     save_json,
     save_tensors,
 )
+from bdlkit.engine.lock import run_lock
 from bdlkit.l2e import es
 from bdlkit.l2e.kinetic import META_KEYS, Constants, LearnedKinetic, MetaParams, init_meta_params
 from bdlkit.l2e.kinetic import l2e_update as _update
@@ -217,9 +219,16 @@ def _batch_order(n: int, batch: int, steps: int, gen: torch.Generator) -> Tensor
 def meta_train(out: str | Path, cfg: MetaTrainConfig, *, overwrite: bool = False,
                data_root: str | None = None, command: str | None = None,
                echo: Callable[[str], None] | None = _print) -> dict[str, Any]:
-    """Run (or resume) meta-training into ``out``; returns a summary (also in DIR files)."""
+    """Run (or resume) meta-training into ``out``, holding its lock (one writer, stale
+    temporary files removed); returns a summary (also in DIR files)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with run_lock(out, "meta-training l2e"):
+        remove_stale_temps(out)
+        return _meta_train(out, cfg, overwrite, data_root, command, echo)
+
+
+def _meta_train(out: Path, cfg: MetaTrainConfig, overwrite: bool, data_root: str | None,
+                command: str | None, echo: Callable[[str], None] | None) -> dict[str, Any]:
     say = echo or (lambda _: None)
     like = init_meta_params(torch.Generator().manual_seed(cfg.seed))
     adam = es.Adam(lr=cfg.lr, reset_each_step=cfg.reset_adam_each_step)
