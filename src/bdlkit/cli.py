@@ -4,7 +4,8 @@
 truth with the Python API and ``--config`` YAML files); a method's hyperparameters
 (``--lr`` ...) come from its ``build`` signature. Precedence: defaults < ``--config``
 file < command-line options. Errors in the input are reported in one line, without
-a traceback (set ``BDLKIT_DEBUG=1`` to see it).
+a traceback (set ``BDLKIT_DEBUG=1`` to see it); :mod:`bdlkit.cli_errors` says how each
+kind of failure is reported.
 
 Examples::
 
@@ -23,8 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import json
-import os
 import re
 import shlex
 import sys
@@ -32,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from bdlkit import algorithms, bench, data, models
-from bdlkit.core.serialization import CorruptFileError
-from bdlkit.engine.runner import Interrupted, NonFiniteError
+from bdlkit.cli_errors import OneLineParser, method_value, option_type, relabel, run_guarded
+from bdlkit.core.errors import InputError
 from bdlkit.l2e import command as l2e_command
 from bdlkit.runs.config import (
+    ConfigValueError,
     RunConfig,
     check_keys,
     load_yaml,
     method_hyperparameters,
     method_options,
-    parse_value,
 )
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
@@ -77,8 +76,9 @@ def _add_config_options(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) 
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = _field_type(f)
-        p.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS,
-                       metavar=f.name.upper() if kind is not json.loads else "JSON",
+        p.add_argument(flag, dest=f.name, type=kind and option_type(kind, f.name),
+                       default=argparse.SUPPRESS,
+                       metavar=f.name.upper() if kind != "json" else "JSON",
                        help=f.metadata.get("help", "").replace("%", "%%"))
 
 
@@ -118,9 +118,9 @@ def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
     values["method"] = args.method
     values["hyper"] = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
                        if k.startswith(HYPER_PREFIX)}
-    cfg = RunConfig(**reference.with_defaults(values))
+    cfg = _run_config(reference.with_defaults(values), _given_keys(values), None)
     if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        raise InputError(f"--workers must be >= 1, got {args.workers}")
     ref = reference.build(cfg, args.out, chains=args.chains, workers=args.workers,
                           overwrite=args.overwrite, command=shlex.join(["bdlkit", *argv]))
     print((Path(args.out) / "report.md").read_text())
@@ -130,14 +130,27 @@ def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _field_type(f: dataclasses.Field) -> Any:
+def _field_type(f: dataclasses.Field) -> str | None:
+    """``"json"``, ``"int"`` or ``"float"`` for the field's values; None for text."""
     text = str(f.type)
     if text.startswith("dict"):
-        return json.loads
-    for name, kind in (("int", int), ("float", float)):
-        if text.startswith(name):
-            return kind
-    return str
+        return "json"
+    return next((kind for kind in ("int", "float") if text.startswith(kind)), None)
+
+
+def _given_keys(values: dict[str, Any]) -> set[str]:
+    """The keys of ``values`` as :class:`ConfigValueError` names them (``hyper.lr``)."""
+    hyper = values.get("hyper") or {}
+    return {k for k in values if k != "hyper"} | {f"hyper.{k}" for k in hyper}
+
+
+def _run_config(values: dict[str, Any], on_command_line: set[str],
+                config_file: str | None) -> RunConfig:
+    """``RunConfig(**values)``; a bad value is named where it was given (:func:`relabel`)."""
+    try:
+        return RunConfig(**values)
+    except ConfigValueError as err:
+        raise relabel(err, on_command_line, config_file) from None
 
 
 def _add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
@@ -148,7 +161,7 @@ def _add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
         name, default = option.name, option.default
         flags = ["--" + name.replace("_", "-")] + (["--" + name] if "_" in name else [])
         group.add_argument(*flags, dest=HYPER_PREFIX + name,
-                           type=lambda text, d=default, n=name: parse_value(text, d, n),
+                           type=lambda text, d=default, n=name: method_value(text, d, n),
                            default=argparse.SUPPRESS, metavar=name.upper(),
                            help=_option_help(option).replace("%", "%%"))
 
@@ -177,9 +190,10 @@ def _prescan_method(argv: list[str]) -> str | None:
             arg.split("=", 1)[1] if arg.startswith("--config=") else None)
         if path and Path(path).exists():
             try:
-                return load_yaml(path).get("method")
-            except ValueError:
+                method = load_yaml(path).get("method")
+            except (ValueError, OSError):  # cmd_fit reports it
                 return None
+            return method if isinstance(method, str) else None
     return None
 
 
@@ -193,7 +207,7 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     progress = not args.no_progress
     if args.resume:
         if given or hyper or args.config or args.out or args.overwrite:
-            raise ValueError("--resume DIR takes every option from DIR/config.yaml; pass no "
+            raise InputError("--resume DIR takes every option from DIR/config.yaml; pass no "
                              "other options (to change them, start a new run with --out)")
         return _print_metrics(run.resume(args.resume, progress=progress).metrics,
                               Path(args.resume))
@@ -207,10 +221,13 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if "method" not in values:
         parser.error("--method is required (or set `method:` in --config); methods: "
                      + ", ".join(sorted(algorithms.METHODS)))
+    if not isinstance(values.get("hyper") or {}, dict):
+        raise InputError(f"{args.config}: key 'hyper' must be a mapping of method options to "
+                         f"values, got {values['hyper']!r}")
     values["hyper"] = {**(values.get("hyper") or {}), **hyper}
     if args.out is None:
         parser.error("--out DIR is required (the run directory to write)")
-    cfg = RunConfig(**values)
+    cfg = _run_config(values, _given_keys({**given, "hyper": hyper}), args.config)
     output = run.fit(cfg, args.out, overwrite=args.overwrite, progress=progress)
     return _print_metrics(output.metrics, Path(args.out))
 
@@ -289,7 +306,7 @@ def list_components() -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, ...]:
-    parser = argparse.ArgumentParser(prog="bdlkit", description="Bayesian deep learning made "
+    parser = OneLineParser(prog="bdlkit", description="Bayesian deep learning made "
                                      "practical.", epilog=__doc__.split("Examples::")[1],
                                      formatter_class=_FORMATTER, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,44 +364,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("fit", "reference"):
             _unknown_option(extra[0], method, sub_parser)
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    try:
-        if args.command == "fit":
-            return cmd_fit(args, fit_parser)
-        if args.command == "reference":
-            return cmd_reference(args, argv)
-        if args.command == "evaluate":
-            return cmd_evaluate(args)
-        if args.command == "bench":
-            return cmd_bench(args, argv)
-        if args.command == "demo":
-            return cmd_demo(args)
-        if args.command == "meta-train":
-            return l2e_command.run(args, argv)
-        list_components()
-        return 0
-    except Interrupted as err:
-        run_dir = err.checkpoint.parent.parent if err.checkpoint else None
-        print(f"\nbdlkit: {err}", file=sys.stderr)
-        if args.command == "reference":
-            print("resume with the same `bdlkit reference ...` command: finished chains are "
-                  "reused and interrupted ones continue", file=sys.stderr)
-        elif run_dir is not None:
-            print(f"resume with: bdlkit fit --resume {run_dir}", file=sys.stderr)
-        return 128 + int(err.signum)
-    except KeyboardInterrupt:
-        run_dir = getattr(args, "resume", None) or getattr(args, "out", None)
-        hint = (f"; if the run had started, `bdlkit fit --resume {run_dir}` continues from its "
-                "newest checkpoint") if args.command == "fit" and run_dir else ""
-        print(f"\nbdlkit: interrupted{hint}", file=sys.stderr)
-        return 130
-    except NonFiniteError as err:
-        print(f"bdlkit: stopped: {err}", file=sys.stderr)
-        return 1
-    except (ValueError, TypeError, OSError, CorruptFileError, data.DataNotFoundError) as err:
-        if os.environ.get("BDLKIT_DEBUG"):
-            raise
-        print(f"bdlkit: error: {err}", file=sys.stderr)
-        return 2
+    return run_guarded(args.command, args, lambda: _dispatch(args, argv, fit_parser))
+
+
+def _dispatch(args: argparse.Namespace, argv: list[str], fit_parser: Any) -> int:
+    if args.command == "fit":
+        return cmd_fit(args, fit_parser)
+    if args.command == "reference":
+        return cmd_reference(args, argv)
+    if args.command == "evaluate":
+        return cmd_evaluate(args)
+    if args.command == "bench":
+        return cmd_bench(args, argv)
+    if args.command == "demo":
+        return cmd_demo(args)
+    if args.command == "meta-train":
+        return l2e_command.run(args, argv)
+    list_components()
+    return 0
 
 
 if __name__ == "__main__":

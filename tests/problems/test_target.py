@@ -48,3 +48,41 @@ def test_bad_construction():
 def test_data_for_a_target_is_refused():
     with pytest.raises(ValueError, match="no data"):
         gaussian_target().validate_data((torch.zeros(2), torch.zeros(2)))
+
+
+# ---------------------------------------------------------------------- dtype mismatch
+def _float64_data_target(dtype=torch.float32):
+    data = torch.eye(2, dtype=torch.float64)  # float64 data, e.g. from numpy
+    return bdlkit.Target(lambda th: -0.5 * ((th @ data) ** 2).sum(-1), dim=2, dtype=dtype)
+
+
+@pytest.mark.parametrize("method", ["sgld", "map"])
+def test_float64_data_in_a_float32_target_says_to_set_dtype(method):
+    from bdlkit.core.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        bdlkit.infer(_float64_data_target(), method, steps=2)
+    message = str(info.value)
+    assert "dtype=torch.float64" in message and "Target(" in message
+    assert "theta is torch.float32" in message and ".float()" in message
+    assert "\n" not in message
+
+
+def test_float32_data_in_a_float64_target_says_the_reverse():
+    from bdlkit.core.errors import InputError
+
+    data = torch.eye(2)
+    target = bdlkit.Target(lambda th: -(th @ data).sum(-1), dim=2, dtype=torch.float64)
+    with pytest.raises(InputError, match=r"dtype=torch\.float32.*\.double\(\)"):
+        target.value_and_score(torch.zeros(2, dtype=torch.float64))
+
+
+def test_matching_dtypes_run_and_other_runtime_errors_propagate():
+    result = bdlkit.infer(_float64_data_target(torch.float64), "sgld", steps=2)
+    assert result.params.dtype == torch.float64
+
+    def broken(theta):
+        raise RuntimeError("something else went wrong")
+
+    with pytest.raises(RuntimeError, match="something else"):
+        bdlkit.Target(broken, dim=2).log_prob(torch.zeros(2))

@@ -224,3 +224,137 @@ def test_unknown_or_missing_device_is_a_clear_error():
     if not __import__("torch").cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU"):
             RunConfig(method="sgld", steps=5, device="cuda")
+
+
+# ---------------------------------------------------------------------- bad values (F8, F9)
+@pytest.mark.parametrize("key, kwargs", [
+    ("seed", {"seed": -1}),
+    ("seed", {"seed": 2**63}),
+    ("seed", {"seed": "1e23"}),
+    ("seed", {"seed": 1e23}),
+    ("steps", {"steps": True}),
+    ("steps", {"steps": 10**30}),
+    ("batch_size", {"batch_size": "abc"}),
+    ("prior_scale", {"prior_scale": float("nan")}),
+    ("temperature", {"temperature": float("inf")}),
+    ("temperature", {"temperature": "inf"}),
+    ("checkpoint_minutes", {"checkpoint_minutes": 10**400}),
+    ("prior_scale", {"prior_scale": [1]}),
+    ("prior_scale", {"prior_scale": None}),
+    ("model_kwargs", {"model_kwargs": 3}),
+    ("data_kwargs", {"data_kwargs": {1: 2}}),
+    ("model", {"model": ["mlp"]}),
+    ("device", {"device": 0}),
+    ("device", {"device": "meta"}),
+    ("dtype", {"dtype": "float16"}),
+    ("hyper.lr", {"hyper": {"lr": float("nan")}}),
+    ("hyper.lr", {"hyper": {"lr": "inf"}}),
+    ("hyper.lr", {"hyper": {"lr": None}}),
+    ("hyper.lr", {"hyper": {"lr": True}}),
+    ("hyper.lr", {"hyper": {"lr": 10**40}}),
+])
+def test_bad_values_name_their_key(key, kwargs):
+    from bdlkit.runs.config import ConfigValueError
+
+    with pytest.raises(ConfigValueError) as info:
+        RunConfig(method="sgld", **{"steps": 10, **kwargs})
+    assert info.value.key == key
+    assert str(info.value).startswith(key + " ")
+    assert info.value.option == "--" + key.split(".")[-1].replace("_", "-")
+
+
+@pytest.mark.parametrize("method, hyper, key", [
+    ("ensemble", {"members": 2.5}, "hyper.members"),
+    ("l2e", {"noise_mode": 3}, "hyper.noise_mode"),
+    ("map", {"optimizer": [1]}, "hyper.optimizer"),
+    ("nuts", {"adapt_mass_matrix": "maybe"}, "hyper.adapt_mass_matrix"),
+])
+def test_hyperparameters_of_the_wrong_type_are_refused(method, hyper, key):
+    from bdlkit.runs.config import ConfigValueError
+
+    with pytest.raises(ConfigValueError) as info:
+        RunConfig(method=method, steps=10, hyper=hyper)
+    assert info.value.key == key
+
+
+def test_accepted_values_keep_working():
+    cfg = RunConfig(method="score_vi", steps="10", seed=str(2**63 - 1), prior_scale=2,
+                    hyper={"max_step": "inf", "lr": 1, "num_samples": None})
+    assert (cfg.steps, cfg.seed, cfg.prior_scale) == (10, 2**63 - 1, 2)
+    assert cfg.hyper["max_step"] == float("inf") and cfg.hyper["lr"] == 1
+    assert RunConfig(method="sgld", steps=10, model_kwargs=None).model_kwargs == {}
+    assert RunConfig(method="l2e", steps=3, hyper={"meta_params": "inf"}).hyper == {
+        "meta_params": "inf"}  # a string option keeps its text (a file may be named inf)
+
+
+@pytest.mark.parametrize("text, default, message", [
+    ("nan", 0.1, "finite"), ("inf", 0.1, "finite"), ("-inf", None, "finite"),
+    ("abc", 0.1, "must be a number"), ("1e3", 5, "must be an integer"),
+    ("2.5", 5, "must be an integer"), ("yes", True, "true or false"),
+])
+def test_parse_value_refuses_with_the_option_name(text, default, message):
+    from bdlkit.core.errors import InputError
+    from bdlkit.runs.config import parse_value
+
+    with pytest.raises(InputError, match=f"^lr .*{message}"):
+        parse_value(text, default, "lr")
+
+
+def test_device_meta_and_other_backends_are_refused():
+    from bdlkit.runs.config import check_device
+
+    for device in ("meta", "xpu", "cpux", "cuda:-1"):
+        with pytest.raises(ValueError, match=r"device .*cpu, cuda, cuda:N"):
+            check_device(device)
+    check_device("cpu")
+
+
+def test_cuda_index_out_of_range_names_the_visible_gpus(monkeypatch):
+    import torch
+
+    from bdlkit.runs.config import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_device("cuda")
+    check_device("cuda:1")
+    with pytest.raises(ValueError, match=r"'cuda:2': only 2 GPU\(s\) visible, cuda:0 to cuda:1"):
+        check_device("cuda:2")
+
+
+def test_from_dict_names_the_file_and_the_key():
+    with pytest.raises(ValueError, match=r"^exp\.yaml: key 'steps' must be an integer >= 1"):
+        RunConfig.from_dict({"method": "sgld", "steps": [1]}, "exp.yaml")
+    with pytest.raises(ValueError, match=r"^exp\.yaml: unknown method 'nope'"):
+        RunConfig.from_dict({"method": "nope"}, "exp.yaml")
+
+
+def test_binary_yaml_is_corrupt_in_a_run_directory_and_bad_input_elsewhere(tmp_path):
+    from bdlkit.core.errors import CorruptFileError, InputError
+
+    path = tmp_path / "exp.yaml"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(InputError, match="not UTF-8 text") as info:
+        load_yaml(path)
+    assert str(path) in str(info.value) and "--overwrite" not in str(info.value)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".bdlkit-run").write_text("")
+    (run / "config.yaml").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(CorruptFileError, match="--overwrite") as info:
+        load_yaml(run / "config.yaml")
+    assert str(run / "config.yaml") in str(info.value)
+    (run / "config.yaml").write_text("- a list\n")
+    with pytest.raises(CorruptFileError, match="must hold a mapping"):
+        load_yaml(run / "config.yaml")
+
+
+def test_yaml_date_or_folder_is_bad_input(tmp_path):
+    from bdlkit.core.errors import InputError
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("method: sgld\nseed: 2001-13-45\n")  # month 13: datetime refuses it
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_yaml(path)
+    with pytest.raises(InputError, match="is a folder"):
+        load_yaml(tmp_path)

@@ -12,23 +12,40 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bdlkit.core.errors import CorruptFileError
 from bdlkit.core.serialization import atomic_write_bytes
 
 
 def read_log(path: str | os.PathLike, up_to: int | None = None) -> list[dict[str, Any]]:
-    """Entries of a ``log.jsonl`` (up to step ``up_to``); a line cut by a crash is skipped."""
+    """Entries of a ``log.jsonl`` (up to step ``up_to``); a line cut by a crash is skipped.
+    A file that is not UTF-8 text, or a line that is JSON but not a log entry, raises
+    :class:`CorruptFileError` naming the file and the fix."""
     path = Path(path)
     if not path.exists():
         return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _corrupt(path, f"is not UTF-8 text (byte {err.start})") from None
     entries = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if up_to is None or entry.get("step", 0) <= up_to:
+        step = entry.get("step", 0) if isinstance(entry, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise _corrupt(path, f"line {number} is not a log entry (a JSON object with an "
+                           "integer step)")
+        if up_to is None or step <= up_to:
             entries.append(entry)
     return entries
+
+
+def _corrupt(path: Path, what: str) -> CorruptFileError:
+    return CorruptFileError(
+        f"{path} {what}: the run's log is corrupt; restore it from a backup, or start the "
+        f"run again with `bdlkit fit ... --out {path.parent} --overwrite`")
 
 
 def truncate_log(path: str | os.PathLike, step: int) -> None:

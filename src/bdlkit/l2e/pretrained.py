@@ -61,9 +61,7 @@ def load_meta_params(path: str | os.PathLike, dtype: torch.dtype = torch.float32
     tensors, metadata = load_tensors_with_metadata(path)
     try:
         check_meta_params(tensors)
-        raw = json.loads(metadata["constants"])
-        known = {f.name for f in fields(Constants)}
-        constants = Constants(**{k: v for k, v in raw.items() if k in known})
+        constants = _constants(metadata)
     except (KeyError, ValueError, TypeError) as err:
         raise CorruptFileError(
             f"{path} is not an L2E meta-parameter file ({err}); write one with "
@@ -71,6 +69,28 @@ def load_meta_params(path: str | os.PathLike, dtype: torch.dtype = torch.float32
     meta = {k: tensors[k].to(dtype) for k in META_KEYS}
     info = {k: v for k, v in metadata.items() if k not in ("constants",)}
     return Pretrained(meta, constants, info, str(path))
+
+
+def _constants(metadata: dict[str, object]) -> Constants:
+    """The :class:`Constants` in a file's metadata; ``TypeError`` or ``ValueError`` saying
+    what is wrong when the metadata are not what :func:`save_meta_params` writes."""
+    bad = sorted(str(k) for k, v in metadata.items() if not isinstance(v, str))
+    if bad:
+        raise TypeError(f"its metadata {', '.join(bad)} must be strings")
+    if "constants" not in metadata:
+        raise ValueError("its metadata have no 'constants' entry")
+    raw = json.loads(str(metadata["constants"]))
+    if not isinstance(raw, dict):
+        raise TypeError(f"its 'constants' metadata must be a JSON object of the sampler "
+                        f"constants, got a JSON {type(raw).__name__}")
+    values = {f.name: raw[f.name] for f in fields(Constants) if f.name in raw}
+    for f in fields(Constants):
+        value = values.get(f.name, "" if f.type == "str" else 0.0)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (isinstance(value, str) if f.type == "str" else number):
+            raise TypeError(f"its constant {f.name!r} must be "
+                            f"{'a string' if f.type == 'str' else 'a number'}, got {value!r}")
+    return Constants(**values)
 
 
 def pretrained_path() -> Path:

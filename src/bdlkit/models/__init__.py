@@ -7,11 +7,14 @@ Registry names: ``"mlp"`` (:class:`MLP`), ``"cnn"`` (the L2E meta-training
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
+from bdlkit.core.errors import InputError
 from bdlkit.models.cnn import ConvNet, haiku_init_
 from bdlkit.models.koopa import Koopa, koopa_for_data, mask_spectrum
 from bdlkit.models.mlp import MLP
@@ -43,18 +46,20 @@ def build_model(name: str, **kwargs: object) -> nn.Module:
 
 
 def build_for_data(
-    name: str, input_shape: tuple[int, ...], out_features: int, **kwargs: object
+    name: str, input_shape: tuple[int, ...], out_features: int, /, **kwargs: object
 ) -> nn.Module:
     """Build model ``name`` for inputs of ``input_shape`` and ``out_features`` outputs.
 
     Used by the CLI: the input and output sizes come from the data set, the remaining
-    constructor options from ``kwargs``. Image models need ``(C, H, W)`` inputs.
+    constructor options from ``kwargs``. Image models need ``(C, H, W)`` inputs. An
+    option in ``kwargs`` the model lacks, or a value it cannot be built with, raises
+    :class:`~bdlkit.core.errors.InputError` naming ``--model-kwargs`` and the option.
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
     shape = tuple(int(s) for s in input_shape)
     if name == "mlp":
-        return MLP(shape, out_features, **kwargs)
+        return _construct(name, MLP, {"in_features": shape, "out_features": out_features}, kwargs)
     if name == "koopa":
         raise ValueError("model 'koopa' is a forecaster: it needs forecasting data (ett/ETTh2, "
                          "exchange_rate, ili or a time-series .csv)")
@@ -64,15 +69,17 @@ def build_for_data(
             f"shape {shape}; use --model mlp"
         )
     if name == "cnn":
-        return ConvNet(in_shape=shape, num_classes=out_features, **kwargs)
+        return _construct(name, ConvNet, {"in_shape": shape, "num_classes": out_features}, kwargs)
     if name == "resnet20_frn":
-        return resnet20_frn(num_classes=out_features, in_channels=shape[0], **kwargs)
+        return _construct(name, resnet20_frn, {"num_classes": out_features,
+                                               "in_channels": shape[0]}, kwargs)
     if shape[1] != shape[2]:
         raise ValueError(f"model 'vit' needs square images, got {shape}")
-    return ViT(image_size=shape[1], in_channels=shape[0], num_classes=out_features, **kwargs)
+    return _construct(name, ViT, {"image_size": shape[1], "in_channels": shape[0],
+                                  "num_classes": out_features}, kwargs)
 
 
-def forecaster_for(name: str, ds: Any, **kwargs: object) -> nn.Module:
+def forecaster_for(name: str, ds: Any, /, **kwargs: object) -> nn.Module:
     """Model ``name`` for the forecasting data set ``ds``: windows ``(n, L, C)`` to
     forecasts ``(n, H, C)``.
 
@@ -84,9 +91,61 @@ def forecaster_for(name: str, ds: Any, **kwargs: object) -> nn.Module:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
     horizon, channels = ds.y_train.shape[1], ds.y_train.shape[2]
     if name == "koopa":
-        return koopa_for_data(ds.x_train, horizon, dataset=ds.name, **kwargs)
+        return _construct(name, koopa_for_data, {"x_train": ds.x_train, "horizon": horizon,
+                                                 "dataset": ds.name}, kwargs)
     net = build_for_data(name, tuple(ds.x_train.shape[1:]), horizon * channels, **kwargs)
     return nn.Sequential(net, nn.Unflatten(1, (horizon, channels)))
+
+
+# what a constructor raises for a value of the wrong type or size
+_BUILD_ERRORS = (TypeError, ValueError, OverflowError, RuntimeError, MemoryError)
+
+
+def _construct(name: str, factory: Callable[..., nn.Module], fixed: dict[str, Any],
+               kwargs: dict[str, Any]) -> nn.Module:
+    """``factory(**fixed, **kwargs)``. ``fixed`` comes from the data set, ``kwargs`` from
+    the user (``--model-kwargs``): a failure with ``kwargs`` given is an :class:`InputError`
+    naming the model and the offending option; one without is a bug and propagates."""
+    if not kwargs:
+        return factory(**fixed)
+    _check_kwarg_names(name, factory, fixed, kwargs)
+    try:
+        return factory(**fixed, **kwargs)
+    except _BUILD_ERRORS as err:
+        culprit = next((k for k in kwargs if _fails(factory, {**fixed, k: kwargs[k]})), None)
+        what = (f"{culprit}={kwargs[culprit]!r}" if culprit is not None
+                else "these options together: " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()))
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"--model-kwargs: model {name!r} cannot be built with {what} "
+                         f"({reason}); fix the value (see help(bdlkit.models."
+                         f"{getattr(factory, '__name__', name)}) for its type)") from err
+
+
+def _fails(factory: Callable[..., nn.Module], kwargs: dict[str, Any]) -> bool:
+    try:
+        factory(**kwargs)
+    except _BUILD_ERRORS:
+        return True
+    return False
+
+
+def _check_kwarg_names(name: str, factory: Callable[..., nn.Module], fixed: dict[str, Any],
+                       kwargs: dict[str, Any]) -> None:
+    """Refuse a key of ``kwargs`` the data set sets, or that ``factory`` does not take."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [n for n, p in params.items() if n not in fixed and p.kind in (
+        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key in fixed:
+            raise InputError(f"--model-kwargs: {key!r} of model {name!r} is set from the data "
+                             "set; drop it")
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"--model-kwargs: model {name!r} has no option {key!r}{hint}; "
+                             f"its options: {', '.join(valid) or 'none'}")
 
 
 __all__ = [

@@ -13,13 +13,19 @@ so one algorithm step advances every chain at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from bdlkit.core.errors import InputError
+
 LogProb = Callable[[Tensor], Tensor]
+# torch's messages when one operation mixes float32 and float64 tensors
+_DTYPE_MISMATCH = re.compile(
+    r"same dtype|scalar type \w+ but found|found dtype|desired output type", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,12 @@ class Target:
         """Log density of ``theta`` of shape ``(d,)`` or ``(n, d)``; returns ``()`` or ``(n,)``."""
         self._check_theta(theta)
         flat = theta.reshape(-1, self.dim)
-        out = self.log_prob_fn(flat)
+        try:
+            out = self.log_prob_fn(flat)
+        except RuntimeError as err:
+            if _DTYPE_MISMATCH.search(str(err)):
+                raise InputError(self._dtype_advice(theta.dtype, err)) from err
+            raise
         if out.shape != (flat.shape[0],):
             raise ValueError(
                 f"Target {self.name!r}: log_prob must map (n, {self.dim}) to (n,), "
@@ -120,6 +131,16 @@ class Target:
             raise ValueError(
                 f"Target {self.name!r} has no data; drop data=... (it is only for BayesianModel)"
             )
+
+    def _dtype_advice(self, dtype: torch.dtype, err: RuntimeError) -> str:
+        """The fix for a ``log_prob`` whose tensors (its data) have another dtype than theta."""
+        other = torch.float32 if dtype == torch.float64 else torch.float64
+        cast = ".double()" if dtype == torch.float64 else ".float()"
+        reason = str(err).strip().splitlines()[0]
+        return (f"Target {self.name!r}: log_prob mixes dtypes: theta is {dtype} but tensors "
+                f"inside log_prob are not (torch: {reason}); build the Target with the "
+                f"data's dtype, e.g. Target(log_prob, dim={self.dim}, dtype={other}), or cast "
+                f"the data to theta's dtype (data{cast})")
 
     def _check_theta(self, theta: Tensor) -> None:
         if not isinstance(theta, Tensor):

@@ -7,7 +7,11 @@ hyperparameters (``lr``, ...) are the fields of its algorithm dataclass, the one
 their names, defaults, types and help are declared; ``build``'s signature is derived
 from them (:mod:`bdlkit.algorithms.options`), and :func:`method_hyperparameters` and
 :func:`method_options` read them. Unknown keys anywhere raise an error
-naming the key and the closest valid one.
+naming the key and the closest valid one; a value of the wrong type or range (a list
+for ``steps``, ``seed: 1e23``, a NaN temperature, ``device: meta``) raises a
+:class:`ConfigValueError` naming the key, which the CLI and the file readers turn into
+``--seed ...`` or ``exp.yaml: key 'seed' ...``. Every error is an :class:`InputError`
+(a ``ValueError``) but a missing file (``FileNotFoundError``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +28,15 @@ from typing import Any
 
 from bdlkit.algorithms import get_method
 from bdlkit.algorithms.options import Option, options
+from bdlkit.core.errors import CorruptFileError, InputError
 from bdlkit.core.serialization import atomic_write_bytes
 
 DEFAULT_STEPS = 1000  # run length when neither steps nor epochs is given
 DTYPES = ("float32", "float64")
+DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
+INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
+_INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
+_SIMPLE_TYPES = {"int", "float", "bool", "str", "None", "Literal"}  # what YAML can spell
 
 
 @dataclass
@@ -84,45 +95,186 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        get_method(self.method)  # unknown method: the error lists the valid ones
-        params = method_hyperparameters(self.method)
-        check_keys(self.hyper, params, f"the hyperparameters of method {self.method!r}")
-        for name, value in self.hyper.items():  # YAML reads 1e-3 as a string
-            if isinstance(value, str):
-                self.hyper[name] = parse_value(value, params[name].default, name)
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            kind = str(f.type).split(" ")[0]
-            if isinstance(value, str) and kind in ("int", "float"):
-                setattr(self, f.name, parse_value(value, 0 if kind == "int" else 0.0, f.name))
+            if f.name != "hyper":
+                setattr(self, f.name, _checked_field(f, getattr(self, f.name)))
+        try:
+            get_method(self.method)  # unknown method: the error lists the valid ones
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        self.hyper = _checked_hyper(self.method, self.hyper)
         if self.steps is not None and self.epochs is not None:
-            raise ValueError("give exactly one of steps or epochs, not both")
+            raise InputError("give exactly one of steps or epochs, not both")
         if self.steps is None and self.epochs is None:
             self.steps = DEFAULT_STEPS
-        for name in ("steps", "epochs", "batch_size", "burnin", "thin", "max_samples",
-                     "eval_every", "log_every", "checkpoint_every", "eval_samples"):
-            value = getattr(self, name)
-            low = 0 if name == "burnin" else 1
-            if value is not None and (not isinstance(value, int) or value < low):
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         check_device(self.device)
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("prior_scale", "temperature", "checkpoint_minutes"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+            raise ConfigValueError("dtype", f"must be one of {', '.join(DTYPES)}, "
+                                   f"got {self.dtype!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config") -> RunConfig:
+        """The config in ``values`` (a YAML file's mapping); any bad key or value raises an
+        :class:`InputError` naming ``source`` (and the key)."""
         if not isinstance(values, dict):
-            raise ValueError(f"{source} must be a mapping of option names to values")
+            raise InputError(f"{source} must be a mapping of option names to values, got "
+                             f"{type(values).__name__}")
         check_keys(values, [f.name for f in dataclasses.fields(cls)], source)
         if "method" not in values:
-            raise ValueError(f"{source} does not set 'method'")
-        return cls(**values)
+            raise InputError(f"{source} does not set 'method'")
+        try:
+            return cls(**values)
+        except ConfigValueError as err:
+            raise err.relabel(f"{source}: key {err.key!r}") from None
+        except InputError as err:
+            raise type(err)(f"{source}: {err}") from None
+
+
+class ConfigValueError(InputError):
+    """A value of a :class:`RunConfig` option or method hyperparameter bdlkit refuses.
+
+    ``key`` names it as a file spells it (``"seed"``, ``"hyper.lr"``) and ``problem`` says
+    what is wrong (``"must be ..."``), so each reader names it its own way: the command
+    line as ``--seed``, a file reader as ``exp.yaml: key 'seed'``."""
+
+    def __init__(self, key: str, problem: str, label: str | None = None) -> None:
+        super().__init__(f"{label or key} {problem}")
+        self.key, self.problem, self.label = key, problem, label
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.key, self.problem, self.label)
+
+    @property
+    def option(self) -> str:
+        """The command-line option: ``--seed``, ``--lr`` (for ``hyper.lr``)."""
+        return "--" + self.key.split(".")[-1].replace("_", "-")
+
+    def relabel(self, label: str) -> ConfigValueError:
+        """The same error, naming the value as ``label`` (``"--seed"``, ``"x.yaml: key 'seed'"``)."""
+        return ConfigValueError(self.key, self.problem, label)
+
+
+def _field_kind(f: dataclasses.Field) -> tuple[str, bool]:
+    """``("int", True)`` for ``int | None``: the base type's name and whether None is allowed."""
+    text = str(f.type)
+    return text.split(" ")[0].split("[")[0], "None" in text
+
+
+def _checked_field(f: dataclasses.Field, value: Any) -> Any:
+    """``value`` of field ``f`` parsed (YAML and the CLI may give numbers as text) and
+    checked against the field's type and range."""
+    kind, optional = _field_kind(f)
+    if value is None and (optional or kind == "dict"):
+        return {} if kind == "dict" else None
+    if kind == "int":
+        return _checked_int(f.name, value, _INT_LOW.get(f.name, 1))
+    if kind == "float":
+        return _checked_positive(f.name, value)
+    if kind == "dict":
+        return _checked_mapping(f.name, value)
+    if not isinstance(value, str):
+        raise ConfigValueError(f.name, f"must be a string, got {value!r}")
+    return value
+
+
+def _checked_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, str):
+        value = parse_value(value, 0, name)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ConfigValueError(name, f"must be an integer >= {low}, got {value!r}")
+    if value > INT_MAX:
+        raise ConfigValueError(name, f"must be an integer in [{low}, 2**63 - 1], got {value!r}")
+    return int(value)
+
+
+def _checked_positive(name: str, value: Any) -> Any:
+    if isinstance(value, str):
+        value = parse_value(value, 0.0, name)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigValueError(name, f"must be a number > 0, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range
+        number = math.inf
+    if not (math.isfinite(number) and number > 0):
+        raise ConfigValueError(name, f"must be > 0 and finite, got {value!r}")
+    return value
+
+
+def _checked_mapping(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigValueError(name, "must be a mapping of option names to values (a JSON "
+                               f"object or YAML mapping), got {value!r}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ConfigValueError(name, f"must have option names (strings) as keys, got "
+                                   f"{key!r}")
+    return dict(value)
+
+
+def _checked_hyper(method: str, hyper: Any) -> dict[str, Any]:
+    """``hyper`` with its keys checked against ``method``'s options, text parsed to the
+    options' types and values the options' annotations exclude refused."""
+    hyper = _checked_mapping("hyper", {} if hyper is None else hyper)
+    params = method_hyperparameters(method)
+    check_keys(hyper, params, f"the hyperparameters of method {method!r}")
+    declared = method_options(method)
+    return {name: _checked_option(name, value, params[name].default, declared.get(name))
+            for name, value in hyper.items()}
+
+
+def _checked_option(name: str, value: Any, default: Any, option: Option | None) -> Any:
+    key = f"hyper.{name}"
+    if isinstance(value, str):
+        return parse_value(value, default, key)
+    parts = {p.split("[")[0].strip() for p in option.annotation.split("|")} if option else set()
+    checkable = bool(parts) and parts <= _SIMPLE_TYPES
+    numeric = bool(parts & {"int", "float"})
+    if value is None:
+        if default is None or "None" in parts or not parts:
+            return value
+        raise ConfigValueError(key, f"must be set (got null); its default is {default!r}")
+    if isinstance(value, bool):
+        if numeric and "bool" not in parts:
+            raise ConfigValueError(key, f"must be a number, got {value!r}")
+        return value
+    if isinstance(value, numbers.Real):
+        if checkable and not numeric:
+            raise ConfigValueError(key, f"must be {_describe(parts, option)}, got {value!r}")
+        return _checked_number(key, value, default, int_only=checkable and parts & {
+            "int", "float"} == {"int"})
+    if checkable:
+        raise ConfigValueError(key, f"must be {_describe(parts, option)}, got {value!r}")
+    return value
+
+
+def _checked_number(key: str, value: Any, default: Any, int_only: bool) -> Any:
+    """A number is finite (``inf`` only where the default is: score_vi's max_step), within
+    int64 and an integer where only integers are allowed."""
+    if isinstance(value, numbers.Integral):
+        if not -INT_MAX - 1 <= value <= INT_MAX:
+            raise ConfigValueError(key, f"must be between -2**63 and 2**63 - 1, got {value!r}")
+        return value
+    number = float(value)
+    infinite_default = isinstance(default, float) and math.isinf(default)
+    if math.isnan(number) or (math.isinf(number) and not infinite_default):
+        raise ConfigValueError(key, f"must be a finite number, got {value!r}")
+    if int_only:
+        raise ConfigValueError(key, f"must be an integer, got {value!r}")
+    return value
+
+
+def _describe(parts: set[str], option: Option | None) -> str:
+    """``"an integer or null"``: the values an annotation of simple types allows."""
+    words = {"int": "an integer", "float": "a number", "bool": "true or false",
+             "str": "a string", "None": "null"}
+    out = [words[p] for p in sorted(parts) if p in words]
+    if "Literal" in parts and option is not None and option.choices:
+        out.insert(0, "one of " + ", ".join(repr(c) for c in option.choices))
+    return " or ".join(out)
 
 
 def method_hyperparameters(method: str) -> dict[str, inspect.Parameter]:
@@ -139,20 +291,38 @@ def method_options(method: str) -> dict[str, Option]:
 
 def parse_value(text: str, default: Any, name: str = "value") -> Any:
     """Convert a command-line or YAML string to the type of ``default`` (numbers, booleans);
-    other strings are kept (e.g. ``optimizer: adam``)."""
+    other strings are kept (e.g. ``optimizer: adam``). A number must be finite (``inf`` only
+    where the default is infinite); bad text raises :class:`ConfigValueError` naming ``name``."""
     if isinstance(default, bool):
         if text.lower() not in ("true", "false"):
-            raise ValueError(f"{name} must be true or false, got {text!r}")
+            raise ConfigValueError(name, f"must be true or false, got {text!r}")
         return text.lower() == "true"
-    kinds = (int,) if isinstance(default, int) else (float,) if isinstance(default, float) else ()
-    for kind in kinds or (int, float):
+    if isinstance(default, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigValueError(name, f"must be an integer (digits only: no point or "
+                                   f"exponent), got {text!r}") from None
+    number = _as_number(text)
+    if number is None:
+        if isinstance(default, float):
+            raise ConfigValueError(name, f"must be a number, got {text!r}")
+        return text
+    if not math.isfinite(number) and not (isinstance(default, float) and math.isinf(default)):
+        if isinstance(default, str):  # a string option: 'inf' may be a file name
+            return text
+        raise ConfigValueError(name, f"must be a finite number, got {text!r}")
+    return float(number) if isinstance(default, float) else number
+
+
+def _as_number(text: str) -> int | float | None:
+    """``text`` as an int, else a float, else None."""
+    for kind in (int, float):
         try:
             return kind(text)
         except ValueError:
             pass
-    if kinds:
-        raise ValueError(f"{name} must be {kinds[0].__name__}, got {text!r}")
-    return text
+    return None
 
 
 def resolved_hyper(method: str, hyper: dict[str, Any]) -> dict[str, Any]:
@@ -167,49 +337,100 @@ def resolved_hyper(method: str, hyper: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_keys(values: dict[str, Any], valid: Any, where: str) -> None:
-    """Raise ``ValueError`` for a key of ``values`` not in ``valid``, suggesting a close one."""
+    """Raise :class:`InputError` for a key of ``values`` not in ``valid``, suggesting a close one."""
     valid = list(valid)
     for key in values:
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
+            raise InputError(
                 f"unknown key {key!r} in {where}{hint} Valid keys: {', '.join(valid)}"
             )
 
 
-def check_device(device: str) -> None:
-    """Raise ``ValueError`` for a device string torch cannot parse or this machine lacks."""
+def check_device(device: Any) -> None:
+    """Raise :class:`ConfigValueError` (key ``device``) unless ``device`` is one bdlkit can
+    run on here: cpu, cuda or cuda:N (a GPU torch sees), or mps where it is available."""
     import torch
 
+    if not isinstance(device, str):
+        raise ConfigValueError("device", f"must be a string ({DEVICES}), got {device!r}")
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device {device!r} is not a torch device ({err}); use cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU; use cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
+    except (RuntimeError, TypeError, ValueError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigValueError("device", f"{device!r} is not a torch device ({reason}); use "
+                               f"{DEVICES}") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        why = " (meta tensors hold no values: nothing can be trained on them)" if (
+            dev.type == "meta") else ""
+        raise ConfigValueError("device", f"{device!r} is not a device bdlkit runs on{why}; "
+                               f"use {DEVICES}")
+    if dev.type == "cuda":
+        _check_cuda(device, dev.index)
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device!r} asked for, but MPS is not available; use cpu")
+        raise ConfigValueError("device", f"{device!r} asked for, but MPS is not available "
+                               "here; use cpu")
+
+
+def _check_cuda(device: str, index: int | None) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigValueError("device", f"{device!r} asked for, but torch sees no CUDA GPU; "
+                               "use cpu")
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:
+        raise ConfigValueError("device", f"{device!r}: only {count} GPU(s) visible, cuda:0 "
+                               f"to cuda:{count - 1}; pick one of them, or cpu")
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a YAML mapping (``yaml.safe_load``: no Python objects are constructed)."""
+    """Read a YAML mapping (``yaml.safe_load``: no Python objects are constructed). A file
+    that is not UTF-8 text (:class:`CorruptFileError`), not YAML or not a mapping raises
+    an :class:`InputError` naming it and the fix."""
     import yaml
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"config file {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"config file {path} is a folder; give the path of a YAML file")
     try:
-        values = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"config file {path} is not valid YAML: {err}") from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorruptFileError(f"config file {path} is not UTF-8 text (byte {err.start}): it "
+                               f"is binary or corrupt; {_yaml_advice(path)}") from None
+    try:
+        values = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as err:
+        reason = " ".join(str(err).split())  # YAML errors span lines
+        raise _file_error(path)(f"config file {path} is not valid YAML: {reason}; "
+                                f"{_yaml_advice(path)}") from None
     if values is None:
         return {}
     if not isinstance(values, dict):
-        raise ValueError(f"config file {path} must hold a mapping of option names to values")
+        raise _file_error(path)(f"config file {path} must hold a mapping of option names to "
+                                f"values, got {type(values).__name__}; {_yaml_advice(path)}")
     return values
+
+
+def _in_run_directory(path: Path) -> bool:
+    from bdlkit.runs.directory import RUN_MARKER  # late: directory imports this module
+
+    return path.name == "config.yaml" and (path.parent / RUN_MARKER).exists()
+
+
+def _file_error(path: Path) -> type[InputError]:
+    """A run directory's config.yaml that cannot be read is corrupt; a user's file is bad input."""
+    return CorruptFileError if _in_run_directory(path) else InputError
+
+
+def _yaml_advice(path: Path) -> str:
+    if _in_run_directory(path):
+        return (f"restore it from a backup, or start the run again with `bdlkit fit ... "
+                f"--out {path.parent} --overwrite`")
+    return "write it as UTF-8 YAML text, one `option: value` line per option"
 
 
 def save_yaml(path: str | os.PathLike, values: dict[str, Any]) -> None:
