@@ -182,17 +182,8 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
     are deleted, so ``--overwrite`` can never remove a user's own files.
     """
     out = Path(out)
+    check_out(out, overwrite, marker=marker)
     if occupied(out):
-        if not overwrite:
-            raise FileExistsError(
-                f"output folder {out} already exists; pass --resume {out} to continue that "
-                "run, --overwrite to replace it, or choose another --out"
-            )
-        if out.is_symlink() or not (out / marker).is_file():
-            raise FileExistsError(
-                f"{out} exists and was not written by bdlkit (no {marker} file); refusing to "
-                "replace it: choose another --out"
-            )
         for name in (*entries, marker):
             path = out / name
             if path.is_dir() and not path.is_symlink():
@@ -202,6 +193,24 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / marker, b"written by bdlkit; --overwrite may replace this folder\n")
     return out
+
+
+def check_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER) -> None:
+    """Refuse ``out`` as :func:`prepare_out` would, without touching it (so the refusal
+    comes before the folder is locked, which writes a lock file into it)."""
+    out = Path(out)
+    if not occupied(out):
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"output folder {out} already exists; pass --resume {out} to continue that "
+            "run, --overwrite to replace it, or choose another --out"
+        )
+    if out.is_symlink() or not (out / marker).is_file():
+        raise FileExistsError(
+            f"{out} exists and was not written by bdlkit (no {marker} file); refusing to "
+            "replace it: choose another --out"
+        )
 
 
 def occupied(out: Path) -> bool:
@@ -224,11 +233,9 @@ def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
         progress: bool = False) -> RunOutput:
     """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics.
     The folder is locked for the whole run (:mod:`bdlkit.engine.lock`)."""
-    if not overwrite and occupied(Path(out)):
-        prepare_out(out, overwrite=False)  # refuse before loading any data
+    check_out(out, overwrite)  # refuse before loading any data
     runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
-    if not overwrite and occupied(Path(out)):
-        prepare_out(out, overwrite=False)
+    check_out(out, overwrite)
     with run_lock(out, f"fitting {cfg.method}"):
         run_dir = prepare_out(out, overwrite)
         cfg = resolved(cfg, runner)

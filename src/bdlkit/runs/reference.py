@@ -116,6 +116,12 @@ def build(cfg: RunConfig, out: str | os.PathLike, *, chains: int = 4, workers: i
         raise FileExistsError(f"{out} holds a reference built with other options; pass "
                               "--overwrite to replace it or choose another --out")
     ds = run_module.load_dataset(cfg)  # bad data or options fail here, before any writing
+    if ds.task != "classification":
+        raise ValueError(f"a reference holds class probabilities; {cfg.data!r} is "
+                         f"{ds.task} data (agreement/TV are defined for classification)")
+    if run_module.occupied(out) and not (out / MARKER).is_file():
+        raise FileExistsError(f"{out} exists and is not a bdlkit reference folder; choose "
+                              "another --out")
     with run_lock(out, "building a reference"):
         return _build(cfg, ds, out, chains, workers, overwrite, command)
 
@@ -123,12 +129,6 @@ def build(cfg: RunConfig, out: str | os.PathLike, *, chains: int = 4, workers: i
 def _build(cfg: RunConfig, ds: Any, out: Path, chains: int, workers: int | None,
            overwrite: bool, command: str | None) -> ReferencePredictive:
     """:func:`build` past its checks, holding the folder's lock."""
-    if ds.task != "classification":
-        raise ValueError(f"a reference holds class probabilities; {cfg.data!r} is "
-                         f"{ds.task} data (agreement/TV are defined for classification)")
-    if run_module.occupied(out) and not (out / MARKER).is_file():
-        raise FileExistsError(f"{out} exists and is not a bdlkit reference folder; choose "
-                              "another --out")
     configs = [dataclasses.replace(cfg, seed=cfg.seed + c) for c in range(chains)]
     dirs = [out / "chains" / f"chain-{c}" for c in range(chains)]
     if not overwrite:  # an interrupted reference: its chains must be this reference's
