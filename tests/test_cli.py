@@ -364,6 +364,27 @@ def test_divergence_names_last_good_checkpoint(tmp_path, capsys):
     assert all(torch.isfinite(t).all() for t in ckpt.state.values() if t.is_floating_point())
 
 
+def test_resume_after_a_nan_stop_takes_a_smaller_lr_and_records_it(tmp_path, capsys):
+    """Issue 19 item 6: after a NaN stop, `fit --resume DIR --lr X` continues from the last
+    sane checkpoint with the smaller step size; config.yaml records the change."""
+    out = tmp_path / "r"
+    assert main(["fit", "--method", "sgld", "--lr", "30", "--checkpoint-every", "5",
+                 "--steps", "60", "--log-every", "5", "--out", str(out), "--no-progress"]) == 1
+    line = error_line(capsys.readouterr().err)
+    kept = int(re.search(r"step-(\d+)\.safetensors \(later", line).group(1))
+    for refused in (["--seed", "3"], ["--lr", "0.01", "--batch-size", "32"]):
+        assert main(["fit", "--resume", str(out), *refused, "--no-progress"]) == 2
+        assert "step size" in error_line(capsys.readouterr().err)
+    assert main(["fit", "--resume", str(out), "--lr", "-1", "--no-progress"]) == 2
+    assert "--lr" in error_line(capsys.readouterr().err)
+    assert main(["fit", "--resume", str(out), "--lr", "0.001", "--no-progress"]) == 0
+    cfg = load_yaml(out / "config.yaml")
+    assert cfg["hyper"]["lr"] == 0.001
+    assert cfg["changes"] == [{"step": kept, "option": "lr", "from": 30.0, "to": 0.001}]
+    assert math.isfinite(json.loads((out / "metrics.json").read_text())["nll"])
+    assert main(["evaluate", str(out)]) == 0  # the checkpoints after the change match it
+
+
 # ---------------------------------------------------------------------- --config files
 def test_config_file_values_are_used(tmp_path, capsys):
     path = tmp_path / "exp.yaml"

@@ -50,7 +50,9 @@ FIT_EXAMPLES = """examples:
   bdlkit fit --method sgld --data mnist --epochs 10 --lr 0.1 --eval-every 100 --out runs/m
   bdlkit fit --config experiment.yaml --out runs/exp      (YAML keys: the options below;
                                                            method options under `hyper:`)
-  bdlkit fit --resume runs/sgld                           (continue an interrupted run)"""
+  bdlkit fit --resume runs/sgld                           (continue an interrupted run)
+  bdlkit fit --resume runs/sgld --lr 0.01                 (... after a NaN stop, with a
+                                                           smaller step size)"""
 
 
 def _fit_parser(sub: Any) -> argparse.ArgumentParser:
@@ -72,7 +74,7 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
 def _add_config_options(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """One ``--option`` per :class:`RunConfig` field (but ``hyper`` and ``skip``)."""
     for f in dataclasses.fields(RunConfig):
-        if f.name == "hyper" or f.name in skip:
+        if f.name == "hyper" or f.name in skip or f.metadata.get("cli") is False:
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = _field_type(f)
@@ -179,16 +181,22 @@ def _option_help(option: Any) -> str:
 
 
 def _prescan_method(argv: list[str]) -> str | None:
-    """The method named by ``--method`` or in the ``--config`` file, before parsing."""
+    """The method named by ``--method``, in the ``--config`` file or in the ``--resume``
+    run's config.yaml, before parsing."""
+    files = []
     for i, arg in enumerate(argv):
-        if arg == "--method" and i + 1 < len(argv):
-            return argv[i + 1]
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        if arg == "--method" and value:
+            return value
         if arg.startswith("--method="):
             return arg.split("=", 1)[1]
-    for i, arg in enumerate(argv):
-        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else (
-            arg.split("=", 1)[1] if arg.startswith("--config=") else None)
-        if path and Path(path).exists():
+        if arg in ("--config", "--resume") and value:
+            files.append(Path(value) / "config.yaml" if arg == "--resume" else Path(value))
+        elif arg.startswith(("--config=", "--resume=")):
+            name, value = arg[2:].split("=", 1)
+            files.append(Path(value) / "config.yaml" if name == "resume" else Path(value))
+    for path in files:
+        if path.is_file():
             try:
                 method = load_yaml(path).get("method")
             except (ValueError, OSError):  # cmd_fit reports it
@@ -206,11 +214,13 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
              if k.startswith(HYPER_PREFIX)}
     progress = not args.no_progress
     if args.resume:
-        if given or hyper or args.config or args.out or args.overwrite:
-            raise InputError("--resume DIR takes every option from DIR/config.yaml; pass no "
-                             "other options (to change them, start a new run with --out)")
-        return _print_metrics(run.resume(args.resume, progress=progress).metrics,
-                              Path(args.resume))
+        if given or len(hyper) > 1 or args.config or args.out or args.overwrite:
+            raise InputError("--resume DIR takes every option from DIR/config.yaml but the "
+                             "method's step size (e.g. --lr after a NaN stop); pass no other "
+                             "options (to change them, start a new run with --out)")
+        step_size = next(iter(hyper.items()), None)
+        output = run.resume(args.resume, progress=progress, step_size=step_size)
+        return _print_metrics(output.metrics, Path(args.resume))
     values: dict[str, Any] = {}
     if args.config:
         values = load_yaml(args.config)

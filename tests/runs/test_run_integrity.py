@@ -184,3 +184,12 @@ def test_the_lock_is_released_after_a_run(finished):
 
     with run_lock(finished[0]):
         pass
+
+
+def test_resume_changes_only_the_step_size(copy):
+    from bdlkit.core.errors import InputError
+
+    with pytest.raises(InputError, match="only the step size.*--lr; got --prior-scale"):
+        run.resume(copy, step_size=("prior_scale", 0.5))
+    with pytest.raises(InputError, match="--lr must be a finite number > 0"):
+        run.resume(copy, step_size=("lr", float("nan")))

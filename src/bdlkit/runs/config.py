@@ -93,6 +93,11 @@ class RunConfig:
     hyper: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "method hyperparameters (CLI: --lr 0.1 etc.)"}
     )
+    changes: list[dict[str, Any]] = field(
+        default_factory=list, metadata={"cli": False, "help": "options changed on resume "
+                                        "(written by `bdlkit fit --resume DIR --lr X`): "
+                                        "step, option, from, to"}
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -175,9 +180,23 @@ def _checked_field(f: dataclasses.Field, value: Any) -> Any:
         return _checked_positive(f.name, value)
     if kind == "dict":
         return _checked_mapping(f.name, value)
+    if kind == "list":
+        return _checked_changes(f.name, value)
     if not isinstance(value, str):
         raise ConfigValueError(f.name, f"must be a string, got {value!r}")
     return value
+
+
+def _checked_changes(name: str, value: Any) -> list[dict[str, Any]]:
+    """The ``changes`` record: a list of ``{step, option, from, to}`` mappings."""
+    if value is None:
+        return []
+    keys = {"step", "option", "from", "to"}
+    if not isinstance(value, list) or not all(isinstance(c, dict) and set(c) == keys
+                                              and isinstance(c["option"], str) for c in value):
+        raise ConfigValueError(name, f"must be a list of {{step, option, from, to}} records "
+                               f"(written by --resume), got {value!r}")
+    return [dict(c) for c in value]
 
 
 def _checked_int(name: str, value: Any, low: int) -> int:
