@@ -193,3 +193,17 @@ def test_resume_changes_only_the_step_size(copy):
         run.resume(copy, step_size=("prior_scale", 0.5))
     with pytest.raises(InputError, match="--lr must be a finite number > 0"):
         run.resume(copy, step_size=("lr", float("nan")))
+
+
+def test_a_declared_absurd_class_count_is_refused_before_allocating(tmp_path):
+    import numpy as np
+
+    from bdlkit.core.errors import InputError
+
+    path = tmp_path / "d.npz"
+    np.savez(path, x=np.random.default_rng(0).normal(size=(20, 3)), y=np.arange(20) % 2)
+    cfg = RunConfig(method="map", data=str(path), steps=2,
+                    data_kwargs={"num_classes": 10**9})
+    with pytest.raises(InputError, match="1000000000 network outputs"):
+        run.fit(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

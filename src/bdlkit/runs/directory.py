@@ -53,6 +53,7 @@ from bdlkit.runs.config import RunConfig, load_yaml, resolved_hyper, save_yaml
 
 TASKS = ("classification", "regression", "forecasting")
 CHECKPOINTS_PER_RUN = 10  # the default cadence of a run directory
+MAX_OUTPUTS = 1_000_000  # a declared num_classes above this would not fit in memory
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -76,6 +77,11 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
     per channel for forecasts; ``cfg.bayesian`` says which weights are random."""
     classification = ds.task == "classification"
     out = ds.num_classes if classification else math.prod(ds.y_train.shape[1:]) or 1
+    if out > MAX_OUTPUTS:
+        raise InputError(f"{cfg.data}: {out} network outputs (num_classes or target size) "
+                         f"would build an output layer of more than {MAX_OUTPUTS} x hidden "
+                         "weights; bdlkit fit refuses more: relabel the classes to 0..K-1 "
+                         "or declare the real num_classes in --data-kwargs")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         if ds.task == "forecasting":
