@@ -7,8 +7,8 @@ import torch
 import bdlkit
 from bdlkit.algorithms import get_method
 from bdlkit.core.errors import CorruptFileError, RecoveryWarning
+from bdlkit.core.lock import run_lock
 from bdlkit.engine.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
-from bdlkit.engine.lock import run_lock
 from bdlkit.engine.resume import open_newest
 from bdlkit.engine.runner import NonFiniteError, Runner
 

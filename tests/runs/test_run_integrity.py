@@ -14,8 +14,8 @@ import torch
 
 import bdlkit
 from bdlkit.core.errors import CorruptFileError, RecoveryWarning
+from bdlkit.core.lock import LOCK_NAME, FolderBusyError
 from bdlkit.engine.checkpoint import latest_checkpoint, list_checkpoints
-from bdlkit.engine.lock import LOCK_NAME, FolderBusyError
 from bdlkit.runs import directory as run
 from bdlkit.runs.config import RunConfig, load_yaml, save_yaml
 
@@ -98,7 +98,7 @@ def test_f4_a_second_writer_is_refused_while_the_first_runs(copy):
     """F4: two writers on one folder used to interleave log.jsonl."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from bdlkit.engine.lock import run_lock
+        from bdlkit.core.lock import run_lock
         with run_lock({str(copy)!r}, "a test holding the lock"):
             print("held", flush=True)
             time.sleep(60)
@@ -180,7 +180,7 @@ def test_f12_a_damaged_saved_result_is_refused(tmp_path, damage):
 
 def test_the_lock_is_released_after_a_run(finished):
     time.sleep(0)  # the fixture's run has returned: a new writer takes the lock at once
-    from bdlkit.engine.lock import run_lock
+    from bdlkit.core.lock import run_lock
 
     with run_lock(finished[0]):
         pass

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
+from bdlkit.core.lock import run_lock
 from bdlkit.core.protocol import LOG_PROB, NONFINITE, Algorithm, AlgorithmBase, Variational
 from bdlkit.core.serialization import (
     CorruptFileError,
@@ -49,7 +50,6 @@ from bdlkit.engine.checkpoint import (
     set_global_rng_state,
 )
 from bdlkit.engine.collect import SampleStore, default_store
-from bdlkit.engine.lock import run_lock
 from bdlkit.engine.result import Result
 from bdlkit.engine.resume import (
     CHECKPOINT_FORMAT,
@@ -241,7 +241,7 @@ class Runner:
         checkpoint whose checksum holds. ``changed`` names hyperparameters deliberately
         given new values for this resume (e.g. a smaller ``lr`` after a NaN stop); any
         other difference from the checkpoint is refused. The run folder is locked
-        (:mod:`bdlkit.engine.lock`) while the runner writes it."""
+        (:mod:`bdlkit.core.lock`) while the runner writes it."""
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
         self._changed = tuple(changed)

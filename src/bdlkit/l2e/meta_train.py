@@ -51,6 +51,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from bdlkit.core.lock import run_lock
 from bdlkit.core.plotting import new_figure, save_png
 from bdlkit.core.rng import fold_in
 from bdlkit.core.serialization import (
@@ -61,7 +62,6 @@ from bdlkit.core.serialization import (
     save_json,
     save_tensors,
 )
-from bdlkit.engine.lock import run_lock
 from bdlkit.l2e import es
 from bdlkit.l2e.kinetic import META_KEYS, Constants, LearnedKinetic, MetaParams, init_meta_params
 from bdlkit.l2e.kinetic import l2e_update as _update

@@ -30,6 +30,7 @@ from bdlkit import data as data_module
 from bdlkit import evaluation, metrics
 from bdlkit.algorithms import get_method
 from bdlkit.core.errors import CorruptFileError, InputError
+from bdlkit.core.lock import LOCK_NAME, run_lock
 from bdlkit.core.serialization import (
     atomic_write_bytes,
     load_json,
@@ -40,7 +41,6 @@ from bdlkit.core.serialization import (
 from bdlkit.data.timeseries import persistence_noise
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint, read_meta
 from bdlkit.engine.collect import DiskStore
-from bdlkit.engine.lock import LOCK_NAME, run_lock
 from bdlkit.engine.result import Result
 from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
@@ -238,7 +238,7 @@ class RunOutput:
 def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
         progress: bool = False) -> RunOutput:
     """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics.
-    The folder is locked for the whole run (:mod:`bdlkit.engine.lock`)."""
+    The folder is locked for the whole run (:mod:`bdlkit.core.lock`)."""
     check_out(out, overwrite)  # refuse before loading any data
     runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
     check_out(out, overwrite)

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.algorithms import get_method
+from bdlkit.core.lock import run_lock
 from bdlkit.core.serialization import (
     atomic_write_bytes,
     load_json,
@@ -44,7 +45,6 @@ from bdlkit.core.serialization import (
     save_tensors,
 )
 from bdlkit.diagnostics import ess_bulk_vehtari21, rhat_split, rhat_vehtari21
-from bdlkit.engine.lock import run_lock
 from bdlkit.evaluation.sampling import draw_predictions
 from bdlkit.runs import directory as run_module
 from bdlkit.runs.config import RunConfig
