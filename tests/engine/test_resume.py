@@ -38,7 +38,7 @@ def test_a_nan_stop_keeps_the_last_sane_checkpoint_and_resume_takes_a_smaller_lr
     assert aside, "the checkpoints after step 20 are kept under another name"
     with pytest.raises(ValueError, match="lr"):  # a changed lr must be declared
         _runner(tmp_path, lr=0.1).fit(resume=True)
-    result = _runner(tmp_path, lr=0.1).fit(resume=True, changed=("lr",))
+    result = _runner(tmp_path, lr=0.1).fit(resume=True, changed={"lr": 20})
     assert result.samples.abs().max() < 20
     assert load_checkpoint(latest_checkpoint(folder)).step == 400
 

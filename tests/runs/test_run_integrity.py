@@ -14,7 +14,7 @@ import torch
 
 import bdlkit
 from bdlkit.core.errors import CorruptFileError, RecoveryWarning
-from bdlkit.core.lock import LOCK_NAME, FolderBusyError
+from bdlkit.core.lock import HOLDER_NAME, LOCK_NAME, FolderBusyError
 from bdlkit.engine.checkpoint import latest_checkpoint, list_checkpoints
 from bdlkit.runs import directory as run
 from bdlkit.runs.config import RunConfig, load_yaml, save_yaml
@@ -74,7 +74,7 @@ def test_f2_a_flipped_exponent_bit_in_a_shard_is_refused(copy):
         run.reevaluate(copy)
 
 
-@pytest.mark.parametrize("edit", ["drop_shard", "offset", "total_seen"])
+@pytest.mark.parametrize("edit", ["drop_shard", "offset", "total_seen", "truncate"])
 def test_f3_an_edited_manifest_is_refused_and_resume_rewrites_it(copy, finished, edit):
     """F3: removing a shard entry or editing the offset used to make evaluate silently
     use fewer draws; the manifest is now checked against the final checkpoint's record."""
@@ -85,10 +85,11 @@ def test_f3_an_edited_manifest_is_refused_and_resume_rewrites_it(copy, finished,
         manifest["offset"] = 0
     elif edit == "offset":
         manifest["offset"] = 3
-    else:
+    elif edit == "total_seen":
         manifest["total_seen"] += 1
-    path.write_text(json.dumps(manifest))
-    with pytest.raises(CorruptFileError, match="manifest.json does not match"):
+    path.write_text(json.dumps(manifest)[: 40 if edit == "truncate" else None])
+    with pytest.raises(CorruptFileError, match="manifest.json (does not match|is not valid).*"
+                                               "--resume"):
         run.reevaluate(copy)
     run.resume(copy)  # the checkpoint's record is the truth
     assert (copy / "metrics.json").read_bytes() == finished[1]
@@ -118,9 +119,11 @@ def test_f4_a_second_writer_is_refused_while_the_first_runs(copy):
 
 
 def test_a_lock_file_left_by_a_dead_process_is_taken_over(copy):
-    (copy / LOCK_NAME).write_text(json.dumps({"pid": 999999, "host": "elsewhere",
-                                              "purpose": "x", "command": "y", "since": "z"}))
+    (copy / LOCK_NAME).write_text("")
+    (copy / HOLDER_NAME).write_text(json.dumps({"pid": 999999, "host": "elsewhere",
+                                                "purpose": "x", "command": "y", "since": "z"}))
     run.reevaluate(copy)
+    assert not (copy / HOLDER_NAME).exists()
 
 
 def test_f10_stale_temporary_files_are_removed_on_resume(copy, finished):
@@ -193,6 +196,10 @@ def test_resume_changes_only_the_step_size(copy):
         run.resume(copy, step_size=("prior_scale", 0.5))
     with pytest.raises(InputError, match="--lr must be a finite number > 0"):
         run.resume(copy, step_size=("lr", float("nan")))
+    before = (copy / "config.yaml").read_bytes()
+    with pytest.raises(InputError, match="has finished.*nothing to continue"):
+        run.resume(copy, step_size=("lr", 1e-4))
+    assert (copy / "config.yaml").read_bytes() == before
 
 
 def test_a_declared_absurd_class_count_is_refused_before_allocating(tmp_path):
@@ -207,3 +214,44 @@ def test_a_declared_absurd_class_count_is_refused_before_allocating(tmp_path):
     with pytest.raises(InputError, match="1000000000 network outputs"):
         run.fit(cfg, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["resume", "evaluate"])
+def test_a_folder_that_is_not_a_run_is_refused_untouched(tmp_path, command):
+    """--resume and evaluate of a user's folder used to leave a lock file in it (or create
+    a missing one) and delete its *.tmp files before refusing it."""
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / ".swap.abcd1234.tmp").write_text("an editor's file")
+    for folder in (user, tmp_path / "missing"):
+        with pytest.raises(FileNotFoundError, match="not a bdlkit run directory"):
+            run.resume(folder) if command == "resume" else run.reevaluate(folder)
+    assert sorted(p.name for p in user.iterdir()) == [".swap.abcd1234.tmp"]
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_resume_with_a_new_lr_interrupted_before_its_first_checkpoint_resumes_plainly(
+        tmp_path, monkeypatch):
+    """config.yaml gets the new lr before the run continues; the checkpoints written before
+    the change (with the old lr) stay resumable and the change is recorded once."""
+    from bdlkit.core.errors import NonFiniteError
+    from bdlkit.engine.runner import Runner
+
+    out = tmp_path / "r"
+    cfg = RunConfig(**{**CONFIG, "hyper": {"lr": 10.0}, "checkpoint_every": 5})  # NaN at 27
+    with pytest.raises(NonFiniteError):
+        run.fit(cfg, out)
+    inner = Runner._fit
+
+    def interrupted(self, resume, config):
+        raise KeyboardInterrupt  # Ctrl-C before the first new checkpoint
+
+    monkeypatch.setattr(Runner, "_fit", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run.resume(out, step_size=("lr", 1e-3))
+    monkeypatch.setattr(Runner, "_fit", inner)
+    saved = load_yaml(out / "config.yaml")
+    assert saved["hyper"]["lr"] == 1e-3 and len(saved["changes"]) == 1
+    run.resume(out)  # plain: the old-lr checkpoint is at the change's step
+    run.reevaluate(out)
+    assert load_yaml(out / "config.yaml")["changes"] == saved["changes"]

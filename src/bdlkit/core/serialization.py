@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor
@@ -174,16 +174,6 @@ def header(raw: bytes) -> dict[str, Any]:
     """The JSON header of a safetensors file's bytes (tensor entries and ``__metadata__``)."""
     (length,) = struct.unpack("<Q", raw[:8])
     return json.loads(raw[8 : 8 + length])
-
-
-def file_digest(path: str | os.PathLike) -> str | None:
-    """The checksum recorded in a tensor file's header (None for a file without one),
-    read without loading its tensors."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return (f.metadata() or {}).get(DIGEST_KEY)
-    except (SafetensorError, ValueError, OSError) as err:
-        raise CorruptFileError(f"{path} is not a readable safetensors file ({err})") from err
 
 
 def save_json(path: str | os.PathLike, obj: Any) -> None:

@@ -46,6 +46,10 @@ KEEP = 2  # checkpoints kept: the previous one survives damage to the newest
 _NAME = re.compile(r"^step-(\d{9})\.safetensors$")
 
 
+class NewerFormatError(ValueError):
+    """A checkpoint written by a newer bdlkit (not damaged: it is never set aside)."""
+
+
 @dataclass
 class Checkpoint:
     """The contents of a checkpoint file, split by prefix."""
@@ -99,6 +103,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     try:
         tensors = st_load(raw)
         meta = _meta(raw)
+    except NewerFormatError:
+        raise
     except Exception as err:  # any decoding failure is a corrupt file for the user
         raise CorruptFileError(
             f"checkpoint {path} is corrupt or truncated ({type(err).__name__}: {err})"
@@ -152,8 +158,12 @@ def _meta(raw: bytes) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError("the metadata is not a JSON object")
     int(meta["step"])
-    if meta.get("format") != FORMAT_VERSION:
-        raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT_VERSION}")
+    found = meta.get("format")
+    if isinstance(found, int) and not isinstance(found, bool) and found > FORMAT_VERSION:
+        raise NewerFormatError(f"checkpoint file format {found} is newer than this bdlkit's "
+                               f"({FORMAT_VERSION}): use the bdlkit release that wrote it")
+    if found != FORMAT_VERSION:
+        raise ValueError(f"format {found!r}, expected {FORMAT_VERSION}")
     return meta
 
 

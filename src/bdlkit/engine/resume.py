@@ -36,6 +36,11 @@ SANE_FACTOR = 1e6  # a sane checkpoint's max |θ| is at most this times max(1, m
 def open_newest(folder: Path) -> tuple[Path, Checkpoint]:
     """The newest readable checkpoint in ``folder`` (damaged newer ones set aside)."""
     found = list_checkpoints(folder)
+    if not found and any(folder.glob("*.safetensors.diverged")):
+        raise FileNotFoundError(
+            f"every checkpoint in {folder} had diverged parameters (set aside as *.diverged): "
+            "start the run again with --overwrite and a smaller step size"
+        )
     if not found:
         raise FileNotFoundError(
             f"no checkpoint in {folder}: the run stopped before its first checkpoint; start "

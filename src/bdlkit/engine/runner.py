@@ -234,17 +234,18 @@ class Runner:
         *,
         resume: bool = False,
         config: dict[str, Any] | None = None,
-        changed: tuple[str, ...] = (),
+        changed: dict[str, int] | None = None,
     ) -> Result:
         """Run to the runner's length (or ``steps``/``epochs`` given here, when it was built
         without one) in total; ``resume=True`` continues from ``run_dir``, the newest
-        checkpoint whose checksum holds. ``changed`` names hyperparameters deliberately
-        given new values for this resume (e.g. a smaller ``lr`` after a NaN stop); any
-        other difference from the checkpoint is refused. The run folder is locked
+        checkpoint whose checksum holds. ``changed`` maps hyperparameters deliberately
+        given new values (e.g. a smaller ``lr`` after a NaN stop) to the step of the
+        change: checkpoints up to that step may hold the old value; any other difference
+        from the checkpoint is refused. The run folder is locked
         (:mod:`bdlkit.core.lock`) while the runner writes it."""
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
-        self._changed = tuple(changed)
+        self._changed = dict(changed or {})
         if self.run_dir is None:
             return self._fit(resume, config)
         with run_lock(self.run_dir, f"fitting {self.algorithm.name}"):
@@ -334,13 +335,17 @@ class Runner:
                                 f"max_samples={self.store.max_samples}")
         return found
 
-    def check_checkpoint(self, meta: dict[str, Any], path: Path, changed: tuple[str, ...] = (),
+    def check_checkpoint(self, meta: dict[str, Any], path: Path,
+                         changed: dict[str, int] | None = None,
                          fix: str = "resume with the run's own configuration") -> None:
         """Refuse checkpoint ``path`` unless this runner (method, seed, length and
-        :meth:`fingerprint`) wrote it; ``changed`` hyperparameters are not compared."""
+        :meth:`fingerprint`) wrote it; a hyperparameter in ``changed`` (name -> step of the
+        change) is not compared in checkpoints written up to that step."""
+        step = int(meta.get("step", 0))
+        lenient = tuple(k for k, at in (changed or {}).items() if at is None or step <= at)
         expected = {"method": self.algorithm.name, "seed": self.seed,
                     "total_steps": self.total, **self.fingerprint()}
-        check_fingerprint(meta, expected, path, self.algorithm.name, changed, fix)
+        check_fingerprint(meta, expected, path, self.algorithm.name, lenient, fix)
 
     # ------------------------------------------------------------------ internals
     def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:

@@ -22,10 +22,17 @@ from pathlib import Path
 
 import torch
 
-from bdlkit.core.serialization import CorruptFileError, load_tensors_with_metadata, save_tensors
+from bdlkit.core.serialization import (
+    CorruptFileError,
+    check_digest,
+    load_tensors_with_metadata,
+    save_tensors,
+)
 from bdlkit.l2e.kinetic import META_KEYS, Constants, MetaParams, check_meta_params
 
 PRETRAINED_NAME = "bdlkit-l2e.safetensors"
+# the shipped file predates checksums in tensor files: its tensor_digest is pinned here
+PRETRAINED_SHA256 = "df04d6819a22bce36300c29ab95992715a7cc2b70a1e2d163a34fc5528ef8928"
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,10 @@ def save_meta_params(path: str | os.PathLike, meta: MetaParams, constants: Const
     return Path(path)
 
 
-def load_meta_params(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Pretrained:
-    """Read a meta-parameter file written by :func:`save_meta_params` (or meta-training)."""
+def load_meta_params(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
+                     digest: str | None = None) -> Pretrained:
+    """Read a meta-parameter file written by :func:`save_meta_params` (or meta-training);
+    with ``digest``, its tensors must have that :func:`~bdlkit.core.serialization.tensor_digest`."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
@@ -59,6 +68,7 @@ def load_meta_params(path: str | os.PathLike, dtype: torch.dtype = torch.float32
             "by `bdlkit meta-train l2e` (DIR/meta_params.safetensors), or omit it to use "
             "the shipped set")
     tensors, metadata = load_tensors_with_metadata(path)
+    check_digest(path, tensors, digest, "reinstall bdlkit")
     try:
         check_meta_params(tensors)
         constants = _constants(metadata)
@@ -106,7 +116,7 @@ def load_pretrained(dtype: torch.dtype = torch.float32) -> Pretrained:
             f"the shipped L2E meta-parameters are missing ({path}); reinstall bdlkit, or "
             "meta-train your own with `bdlkit meta-train l2e --out DIR` and pass "
             "meta_params=DIR/meta_params.safetensors")
-    return load_meta_params(path, dtype)
+    return load_meta_params(path, dtype, digest=PRETRAINED_SHA256)
 
 
 __all__ = ["PRETRAINED_NAME", "Pretrained", "load_meta_params", "load_pretrained",

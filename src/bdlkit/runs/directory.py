@@ -30,7 +30,7 @@ from bdlkit import data as data_module
 from bdlkit import evaluation, metrics
 from bdlkit.algorithms import get_method
 from bdlkit.core.errors import CorruptFileError, InputError
-from bdlkit.core.lock import LOCK_NAME, run_lock
+from bdlkit.core.lock import LOCK_FILES, run_lock
 from bdlkit.core.serialization import (
     atomic_write_bytes,
     load_json,
@@ -39,9 +39,10 @@ from bdlkit.core.serialization import (
     state_from_tensors,
 )
 from bdlkit.data.timeseries import persistence_noise
-from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint, read_meta
+from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
 from bdlkit.engine.collect import DiskStore
 from bdlkit.engine.result import Result
+from bdlkit.engine.resume import open_newest
 from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
 from bdlkit.models import build_for_data, forecaster_for
@@ -220,8 +221,8 @@ def check_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARK
 
 
 def occupied(out: Path) -> bool:
-    """Whether ``out`` exists and holds anything but its lock file."""
-    return out.exists() and (not out.is_dir() or any(f.name != LOCK_NAME for f in out.iterdir()))
+    """Whether ``out`` exists and holds anything but its lock files."""
+    return out.exists() and (not out.is_dir() or any(f.name not in LOCK_FILES for f in out.iterdir()))
 
 
 @dataclass(frozen=True)
@@ -258,23 +259,33 @@ def resume(run_dir: str | os.PathLike, *, progress: bool = False,
     smaller one after a NaN stop; ``config.yaml`` is rewritten with it and the change
     recorded under ``changes`` (step, option, old and new value)."""
     run_dir = Path(run_dir)
+    read_config(run_dir)  # not a run directory: refused before anything is written
     with run_lock(run_dir, "resuming"):
         remove_stale_temps(run_dir)
         cfg = read_config(run_dir)
         runner, problem, ds, total = build_runner(cfg, run_dir, progress)
-        changed: tuple[str, ...] = ()
         if step_size is not None:
-            cfg = _with_step_size(cfg, run_dir, runner.algorithm.step_size_param, *step_size)
-            changed = (step_size[0],)
+            path, ckpt = open_newest(run_dir / "checkpoints")
+            runner.check_checkpoint(ckpt.meta, path, changes_of(cfg))
+            cfg = _with_step_size(cfg, runner.algorithm.step_size_param, *step_size,
+                                  step=ckpt.step)
+            if ckpt.step >= total:
+                raise InputError(f"{run_dir} has finished ({ckpt.step} of {total} steps): "
+                                 "there is nothing to continue with a new step size; start "
+                                 "a new run with --out")
+            save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
             runner, problem, ds, total = build_runner(cfg, run_dir, progress)
-        result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changed)
-        if changed:
-            save_yaml(run_dir / "config.yaml", cfg.to_dict())
+        result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
         return _finish(result, cfg, ds, run_dir)
 
 
-def _with_step_size(cfg: RunConfig, run_dir: Path, knob: str, name: str,
-                    value: Any) -> RunConfig:
+def changes_of(cfg: RunConfig) -> dict[str, int]:
+    """Options changed on resume -> the step of their latest change (``cfg.changes``)."""
+    return {c["option"]: c["step"] for c in cfg.changes}
+
+
+def _with_step_size(cfg: RunConfig, knob: str, name: str, value: Any, *,
+                    step: int) -> RunConfig:
     """``cfg`` with the step size ``knob`` set to ``value`` and the change recorded."""
     flag = "--" + knob.replace("_", "-")
     if name != knob:
@@ -288,15 +299,9 @@ def _with_step_size(cfg: RunConfig, run_dir: Path, knob: str, name: str,
     old = values["hyper"].get(knob)
     values["hyper"][knob] = float(value)
     values["changes"] = [*(values.get("changes") or []),
-                         {"step": _resume_step(run_dir), "option": knob, "from": old,
+                         {"step": step, "option": knob, "from": old,
                           "to": float(value)}]
     return RunConfig(**values)
-
-
-def _resume_step(run_dir: Path) -> int | None:
-    path = latest_checkpoint(run_dir / "checkpoints")
-    meta = read_meta(path) if path is not None else None
-    return int(meta["step"]) if meta else None
 
 
 def _finish(result: Result, cfg: RunConfig, ds: Any, run_dir: Path) -> RunOutput:
@@ -333,12 +338,13 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
             f"{run_dir} stopped at step {ckpt.step} of {total}; finish it first with "
             f"`bdlkit fit --resume {run_dir}`"
         )
-    runner.check_checkpoint(ckpt.meta, path, fix=f"{run_dir}/config.yaml was edited after "
-                            "the run: restore its original values")
+    runner.check_checkpoint(ckpt.meta, path, changes_of(cfg), fix=f"{run_dir}/config.yaml "
+                            "was edited after the run: restore its original values")
     state = state_from_tensors(runner.initial_state(), ckpt.state)
     store = None
     if runner.algorithm.collects_draws:
-        store = DiskStore.open(run_dir / "samples")
+        store = DiskStore.open(run_dir / "samples", f"`bdlkit fit --resume {run_dir}` rewrites "
+                               "it from the final checkpoint")
         store.check_record(ckpt.meta.get("store"), str(path))
     history = read_log(run_dir / "log.jsonl")
     config = {"method": cfg.method, "kind": runner.algorithm.kind, "seed": cfg.seed,
@@ -352,6 +358,7 @@ def reevaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
     """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
     data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`),
     holding the folder's lock."""
+    read_config(Path(run_dir))  # not a run directory: refused before anything is written
     with run_lock(run_dir, "evaluating"):
         remove_stale_temps(run_dir)
         result, cfg, ds = load_run(run_dir)

@@ -74,7 +74,8 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
     if not isinstance(config, dict) or not isinstance(config.get("method"), str):
         raise CorruptFileError(f"{where} names no method (its config has no 'method'): it "
                                "was edited or damaged; save the result again")
-    if files is not None and not isinstance(files, dict):
+    if files is not None and not (isinstance(files, dict) and all(
+            v is None or isinstance(v, str) for v in files.values())):
         raise CorruptFileError(f"{where}: 'files' must map file names to checksums")
     samples = None
     tensors = _read(path, "samples.safetensors", files)

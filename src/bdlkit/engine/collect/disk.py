@@ -91,8 +91,9 @@ class DiskStore(SampleStore):
         return f"DiskStore({str(self.path)!r}, {len(self)} draws)"
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> DiskStore:
-        """Read-only view of the store in ``path``, as its ``manifest.json`` describes it."""
+    def open(cls, path: str | os.PathLike, manifest_advice: str = _ADVICE) -> DiskStore:
+        """Read-only view of the store in ``path``, as its ``manifest.json`` describes it;
+        ``manifest_advice`` is what an unreadable manifest's error says to do."""
         manifest = Path(path) / MANIFEST
         if not manifest.exists():
             raise FileNotFoundError(
@@ -102,9 +103,9 @@ class DiskStore(SampleStore):
         try:
             meta = load_json(manifest)
         except CorruptFileError as err:
-            raise CorruptFileError(f"{err}: {_ADVICE}") from err
+            raise CorruptFileError(f"{err}: {manifest_advice}") from err
         store = cls(path, exist_ok=True)
-        store._restore(_parse_meta(meta, DISK_KIND, str(manifest)))
+        store._restore(_parse_meta(meta, DISK_KIND, str(manifest), manifest_advice))
         store._read_only = True
         return store
 

@@ -285,7 +285,7 @@ def _dtype(name: Any) -> torch.dtype:
     return dtype
 
 
-def _parse_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
+def _parse_meta(meta: Any, kind: str, where: str, advice: str = _ADVICE) -> dict[str, Any]:
     """Validate a manifest's or checkpoint's metadata; CorruptFileError naming ``where``."""
     try:
         head = (meta.get("format"), meta.get("kind")) if isinstance(meta, dict) else None
@@ -319,6 +319,6 @@ def _parse_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError) as err:
         problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
         raise CorruptFileError(
-            f"{where}: {problem}; it is corrupt or not a {kind!r} store: {_ADVICE}"
+            f"{where}: {problem}; it is corrupt or not a {kind!r} store: {advice}"
         ) from err
     return p
