@@ -73,9 +73,18 @@ def test_ood_metrics_for_every_score():
     outside = bma(0.1 * torch.randn(40, 3, generator=g), torch.full((40,), 0.3))
     values = ood_metrics(inside, outside)
     assert set(values) == {f"ood_{m}{s}" for m in ("auroc", "aupr") for s in ("", "_maxprob",
-                                                                               "_mi")}
+                                                                               "_mi")
+                           } | {"ood_aupr_base_rate"}
+    assert values["ood_aupr_base_rate"] == 40 / 100
     assert values["ood_auroc"] > 0.9 and values["ood_auroc_maxprob"] > 0.9
     assert values["ood_auroc_mi"] > 0.9  # higher mutual information outside
+
+
+def test_a_random_score_has_the_base_rate_as_its_aupr():
+    g = torch.Generator().manual_seed(1)
+    inside, outside = torch.rand(3000, generator=g), torch.rand(7000, generator=g)
+    aupr = auroc_aupr(inside, outside)[1]
+    assert abs(aupr - 0.7) < 0.02  # the base rate; MC error ~0.005
 
 
 def test_ood_bad_input():

@@ -58,9 +58,13 @@ def ood_metrics(bma_in, bma_out) -> dict[str, float]:
 
     ``bma_in``/``bma_out``: :class:`~bdlkit.evaluation.predictive.ClassificationBMA` of the test and
     OOD inputs. Keys ``ood_auroc`` (entropy, the headline number), ``ood_aupr``, and
-    ``ood_{auroc,aupr}_{maxprob,mi}`` (no MI scores for a single draw: they are all 0).
+    ``ood_{auroc,aupr}_{maxprob,mi}`` (no MI scores for a single draw: they are all 0), and
+    ``ood_aupr_base_rate``: the AUPR of an uninformative score, the OOD fraction
+    ``n_out / (n_in + n_out)``, against which an AUPR must be read (0.94 means little when
+    the base rate is 0.91).
     """
-    out: dict[str, float] = {}
+    n_in, n_out = len(bma_in.entropy), len(bma_out.entropy)
+    out: dict[str, float] = {"ood_aupr_base_rate": n_out / (n_in + n_out)}
     scores = [("", lambda b: b.entropy), ("_maxprob", lambda b: max_prob_score(b.probs))]
     if min(bma_in.num_samples, bma_out.num_samples) > 1:  # MI is 0 for a single draw
         scores.append(("_mi", lambda b: b.mutual_information))
