@@ -29,10 +29,16 @@ from bdlkit.core.protocol import Algorithm, Problem
 from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree
 from bdlkit.engine.collect import SampleStore
+from bdlkit.evaluation.draw_predictions import (
+    PredictiveSamples,
+    bma_with_samples,
+    is_classification,
+)
 from bdlkit.evaluation.forecast import forecast_mixture
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA, bma
 from bdlkit.families import diag_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussian
+from bdlkit.metrics.forecasting import GaussianMixture
 from bdlkit.problems import BayesianModel, GaussianPredictive
 
 FORMAT_VERSION = 1
@@ -154,21 +160,25 @@ class Result:
         ensemble, or an optimiser's point."""
         return self.draws.stream(num_samples, self._generator(generator), chunk)
 
-    @torch.no_grad()
-    def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
-                   chunk_size: int = 1024) -> ClassificationBMA | RegressionBMA:
-        """The streaming BMA at ``x`` with its extras (:mod:`bdlkit.evaluation.predictive`): log
-        probabilities, entropies and, with ``y``, per-draw metrics; or the Gaussian
-        mixture's moments and its log density at ``y``."""
+    def _check_model(self, num_samples: int) -> None:
         if self.problem is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         if not isinstance(self.problem, BayesianModel):
             raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+
+    @torch.no_grad()
+    def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
+                   chunk_size: int = 1024) -> ClassificationBMA | RegressionBMA:
+        """The streaming BMA at ``x`` with its extras (:mod:`bdlkit.evaluation.predictive`): log
+        probabilities, entropies and, with ``y``, per-draw metrics; or the Gaussian
+        mixture's moments and its log density at ``y``."""
+        self._check_model(num_samples)
         return bma(self.problem, self.iter_draws(num_samples), x, y, chunk_size)
 
-    def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
+    def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024,
+                return_samples: bool = False) -> Any:
         """Bayesian model average at inputs ``x`` (see the module docstring).
 
         ``num_samples`` draws are used for VI (kept samples for samplers, all members
@@ -176,14 +186,47 @@ class Result:
         ``buffers="batch_stats"`` normalisation uses each chunk's statistics, so keep
         chunks large. Returns class probabilities (for a Bernoulli likelihood p(y = 1)) or
         a GaussianPredictive, in the dtype of ``x`` (accumulated in float64).
+
+        With ``return_samples=True`` returns a tuple ``(prediction, samples)``: the same
+        prediction and a :class:`~bdlkit.evaluation.draw_predictions.PredictiveSamples` of
+        the per-draw predictions stacked on a leading draw axis S, in the dtype of ``x``:
+        ``samples.probs`` ``(S, n, K)`` (Bernoulli: ``(S, n)``) or ``samples.mean`` and
+        ``samples.std`` ``(S, n, ...)``. Memory: S × n × K values (2 × S × n × ... for
+        regression), unlike the streaming BMA, which holds one draw at a time.
         """
-        out = self.predictive(x, num_samples=num_samples, chunk_size=chunk_size)
         dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+        if return_samples:
+            out, samples = self._with_samples(x, num_samples, chunk_size, dtype)
+        else:
+            out, samples = self.predictive(x, num_samples=num_samples, chunk_size=chunk_size), None
         if isinstance(out, ClassificationBMA):
-            if getattr(self.problem.likelihood, "name", "") == "bernoulli":
-                return out.probs[:, 1].to(dtype)  # p(y = 1), as the likelihood's predictive
-            return out.probs.to(dtype)
-        return GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
+            bernoulli = getattr(self.problem.likelihood, "name", "") == "bernoulli"
+            pred = (out.probs[:, 1] if bernoulli else out.probs).to(dtype)  # p(y = 1) for Bernoulli
+        else:
+            pred = GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
+        return pred if samples is None else (pred, samples)
+
+    def _with_samples(self, x: Tensor, num_samples: int, chunk_size: int,
+                      dtype: torch.dtype) -> tuple[Any, PredictiveSamples]:
+        self._check_model(num_samples)
+        return bma_with_samples(self.problem, self.iter_draws(num_samples), x, chunk_size, dtype)
+
+    def intervals(self, x: Tensor, level: float = 0.9, num_samples: int = 32,
+                  chunk_size: int = 1024) -> tuple[Tensor, Tensor]:
+        """The central ``level`` interval ``(lower, upper)`` of the regression predictive at
+        ``x``: quantiles ``(1 ∓ level)/2`` of the BMA *mixture* (1/S) Σ_s N(μ_s, σ_s²)
+        (:meth:`bdlkit.metrics.forecasting.GaussianMixture.interval`), not of a Gaussian with
+        its moments. Tensors of the prediction's shape, in the dtype of ``x``. Holds the
+        2 × S × n × ... per-draw means and stds."""
+        if self.problem is not None and is_classification(self.problem):
+            raise ValueError("intervals() is for regression (a Gaussian likelihood); for "
+                             "class probabilities use predict()")
+        if not 0 < level < 1:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+        _, s = self._with_samples(x, num_samples, chunk_size, torch.float64)
+        lower, upper = GaussianMixture(s.mean, s.std).interval(level)
+        return lower.to(dtype), upper.to(dtype)
 
     def forecast(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024) -> Any:
         """The predictive of a forecaster at windows ``x (n, L, C)``: the mixture over draws
