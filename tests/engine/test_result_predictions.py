@@ -108,3 +108,75 @@ def test_intervals_of_a_classifier_are_refused():
         res.intervals(x)
     with pytest.raises(ValueError, match="level"):
         regression_result()[0].intervals(x[:, :2], level=1.5)
+
+
+# ---------------------------------------------------------------------------- to_arviz
+def test_to_arviz_of_a_four_chain_target_run_gives_bdlkits_rhat():
+    az = pytest.importorskip("arviz")
+    from bdlkit.diagnostics import rhat_vehtari21
+
+    t = bdlkit.Target(lambda th: -0.5 * (th**2 * torch.tensor([1.0, 4.0, 0.25])).sum(-1), dim=3)
+    res = bdlkit.infer(t, "sgld", chains=4, steps=400, seed=0)
+    idata = res.to_arviz()
+    theta = idata.posterior["theta"]
+    assert theta.dims[:2] == ("chain", "draw") and theta.shape == (4, 200, 3)
+    ours = rhat_vehtari21(res.samples.transpose(0, 1))  # (chains, draws, d)
+    theirs = torch.from_numpy(az.rhat(idata)["theta"].values)
+    assert torch.allclose(ours, theirs, rtol=0, atol=1e-6)
+    lp = torch.from_numpy(idata.sample_stats["lp"].values)
+    assert lp.shape == (4, 200)
+    direct = t.log_prob(res.samples.transpose(0, 1).reshape(-1, 3)).reshape(4, 200)
+    assert torch.allclose(lp, direct.double(), atol=1e-5)
+    assert "posterior_predictive" not in idata.groups()
+
+
+def test_to_arviz_of_a_model_sampler_with_posterior_predictive():
+    pytest.importorskip("arviz")
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    res = bdlkit.infer(classifier(), "sgld", data=(x, y), steps=40, seed=1, batch_size=10)
+    idata = res.to_arviz(x=x[:7])
+    post = idata.posterior
+    assert set(post.data_vars) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert post["0.weight"].shape == (1, res.num_kept, 8, 4)
+    assert torch.allclose(torch.from_numpy(post["2.bias"].values[0]).float(),
+                          res.samples["2.bias"])
+    probs = idata.posterior_predictive["probs"]
+    assert probs.shape == (1, res.num_kept, 7, 3)
+    _, samples = res.predict(x[:7], return_samples=True)
+    assert torch.allclose(torch.from_numpy(probs.values[0]).float(), samples.probs, atol=1e-6)
+    assert "sample_stats" not in idata.groups()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # a 5-step advi: σ has not moved
+def test_to_arviz_of_vi_draws_num_samples_as_one_chain_and_regression_predictive():
+    pytest.importorskip("arviz")
+    res, _ = regression_result()
+    x = torch.randn(5, 2, dtype=torch.float64)
+    idata = res.to_arviz(x=x)
+    assert idata.posterior["weight"].shape == (1, 6, 1, 2)
+    assert idata.posterior_predictive["mean"].shape == (1, 6, 5)
+    assert idata.posterior_predictive["std"].shape == (1, 6, 5)
+    xc, yc = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    vi = bdlkit.infer(classifier(), "advi", data=(xc, yc), steps=5, seed=0, batch_size=10)
+    idata = vi.to_arviz(num_samples=9)
+    assert idata.posterior["0.bias"].shape == (1, 9, 8)
+    assert torch.allclose(torch.from_numpy(idata.posterior["0.bias"].values[0]).float(),
+                          vi.sample(9)["0.bias"])
+
+
+def test_to_arviz_refuses_a_point_estimate_and_names_the_extra_without_arviz(monkeypatch):
+    import builtins
+
+    t = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2)
+    with pytest.raises(ValueError, match="no posterior draws"):
+        bdlkit.infer(t, "map", steps=5).to_arviz()
+    real = builtins.__import__
+
+    def no_arviz(name, *args, **kwargs):
+        if name == "arviz":
+            raise ImportError("No module named 'arviz'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_arviz)
+    with pytest.raises(ImportError, match=r"bdlkit\[diagnostics\]"):
+        bdlkit.infer(t, "sgld", steps=20).to_arviz()

@@ -27,7 +27,7 @@ from bdlkit.core import rng
 from bdlkit.core.draws import ApproximationDraws, Draws, KeptDraws, NoDraws
 from bdlkit.core.protocol import Algorithm, Problem
 from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
-from bdlkit.core.tree import TensorTree
+from bdlkit.core.tree import TensorTree, index, num_draws
 from bdlkit.engine.collect import SampleStore
 from bdlkit.evaluation.draw_predictions import (
     PredictiveSamples,
@@ -39,7 +39,7 @@ from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA, bma
 from bdlkit.families import diag_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussian
 from bdlkit.metrics.forecasting import GaussianMixture
-from bdlkit.problems import BayesianModel, GaussianPredictive
+from bdlkit.problems import BayesianModel, GaussianPredictive, Target
 
 FORMAT_VERSION = 1
 DRAWS_SALT = 0xD7A5  # VI draws: a stream of the run's seed of their own
@@ -238,6 +238,38 @@ class Result:
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         return forecast_mixture(self.problem, self.iter_draws(num_samples), x, chunk_size)
+
+    def to_arviz(self, x: Tensor | None = None, num_samples: int = 100,
+                 chunk_size: int = 1024) -> Any:
+        """The draws as an ``arviz.InferenceData`` (:mod:`bdlkit.evaluation.arviz_export`).
+
+        ``posterior``: a sampler's kept draws ``(chain, draw, ...)`` (a Target's chains; a
+        model's named tensors, one chain), an ensemble's members or ``num_samples`` draws
+        of a VI approximation as one chain. ``sample_stats``: ``lp`` for a Target. With
+        ``x``, ``posterior_predictive``: each draw's predictive at ``x`` (``probs``, or
+        ``mean`` and ``std``). Needs ArviZ (``pip install 'bdlkit[diagnostics]'``)."""
+        from bdlkit.evaluation import arviz_export
+
+        arviz_export.import_arviz()  # a clear ImportError before any work
+        if self.kind == "optimizer":
+            raise ValueError("an optimiser's result is one point, with no posterior draws; "
+                             "use a sampler, VI or an ensemble")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        draws = self.draws
+        stacked = (draws.require() if isinstance(draws, KeptDraws)
+                   else self.sample(num_samples if draws.count == 0 else draws.count))
+        posterior = arviz_export.chains_first(stacked)
+        stats = (arviz_export.target_log_density(self.problem, posterior)
+                 if isinstance(self.problem, Target) else None)
+        predictive = None
+        if x is not None:
+            self._check_model(num_samples)
+            singles = (index(stacked, s) for s in range(num_draws(stacked)))
+            dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+            _, predictive = bma_with_samples(self.problem, singles, x, chunk_size, dtype)
+        return arviz_export.inference_data(posterior, stats, predictive,
+                                           attrs={"method": self.method, "seed": self.seed})
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike) -> Path:
