@@ -22,11 +22,15 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
+import functools
+import os
 import re
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,13 +210,45 @@ def _prescan_method(argv: list[str]) -> str | None:
 
 
 def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from bdlkit.runs import directory as run
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
              if hasattr(args, f.name)}
     hyper = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
              if k.startswith(HYPER_PREFIX)}
     progress = not args.no_progress
+    with _progress_for_stream(sys.stderr):
+        return _fit(args, parser, given, hyper, progress)
+
+
+# tqdm's default redraw interval (0.1 s) makes one line per step in a log file
+NON_TTY_MININTERVAL = 30.0
+
+
+@contextlib.contextmanager
+def _progress_for_stream(stream: Any) -> Iterator[None]:
+    """Within the block, the run's tqdm bar redraws at most every
+    :data:`NON_TTY_MININTERVAL` seconds when ``stream`` (stderr, where it draws) is not a
+    terminal: a piped or redirected ``fit`` logs its first and last state and a line per
+    30 s, not one line per step. (tqdm reads ``TQDM_MININTERVAL`` only when imported, so
+    the bar's factory is wrapped for the block; a ``TQDM_MININTERVAL`` the user set wins.)"""
+    isatty = getattr(stream, "isatty", None)
+    if (callable(isatty) and isatty()) or "TQDM_MININTERVAL" in os.environ:
+        yield
+        return
+    from bdlkit.engine import runner
+
+    original = runner.tqdm
+    runner.tqdm = functools.partial(original, mininterval=NON_TTY_MININTERVAL)
+    try:
+        yield
+    finally:
+        runner.tqdm = original
+
+
+def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[str, Any],
+         hyper: dict[str, Any], progress: bool) -> int:
+    from bdlkit.runs import directory as run
+
     if args.resume:
         if given or len(hyper) > 1 or args.config or args.out or args.overwrite:
             raise InputError("--resume DIR takes every option from DIR/config.yaml but the "
@@ -243,6 +279,11 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentParser) -> None:
+    if method is not None and method not in algorithms.METHODS:  # --method scorevi --lr 1:
+        try:  # the misspelt method is why --lr is unknown: say that (did you mean ...?)
+            algorithms.get_method(method)
+        except ValueError as err:
+            parser.error(str(err))
     valid = [a for action in parser._actions for a in action.option_strings]  # noqa: SLF001
     close = difflib.get_close_matches(option.split("=")[0], valid, n=1)
     hint = f"; did you mean {close[0]}?" if close else ""

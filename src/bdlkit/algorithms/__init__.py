@@ -10,6 +10,7 @@ declarations once, when the method is added: a new method is one new file plus o
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import sys
 from types import ModuleType
@@ -20,6 +21,7 @@ from bdlkit.algorithms.point import ensemble
 from bdlkit.algorithms.point import map as map_
 from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, psgld, sghmc, sgld
 from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, score_vi
+from bdlkit.core.errors import InputError
 from bdlkit.core.protocol import KINDS, AlgorithmBase, EnsembleBase, Variational
 
 METHODS: dict[str, ModuleType] = {}
@@ -117,7 +119,11 @@ def kind_of(name: str) -> str:
 
 
 def get_method(name: str) -> ModuleType:
-    """The module implementing ``name``; unknown names list the valid ones."""
+    """The module implementing ``name``; an unknown name is an :class:`InputError` (a
+    ``ValueError``) suggesting the closest method and listing the valid ones."""
     if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}")
+        close = difflib.get_close_matches(str(name), list(METHODS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"unknown method {name!r}{hint}; valid methods: "
+                         f"{', '.join(sorted(METHODS))}")
     return METHODS[name]

@@ -23,10 +23,12 @@ Sources and split conventions (details in each module's docstring):
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any
 
+from bdlkit.core.errors import InputError
 from bdlkit.data.dataset import Dataset, Task, as_float, as_labels
 from bdlkit.data.files import load_file
 from bdlkit.data.images import load_cifar10, load_digits, load_mnist, load_notmnist, read_idx
@@ -64,10 +66,13 @@ DATASETS: dict[str, str] = {
 _IMAGES = {"digits", "mnist", "notmnist", "cifar10"}
 
 
-def _unknown(name: str) -> ValueError:
+def _unknown(name: str) -> InputError:
     listing = "\n".join(f"  {k:<52} {v}" for k, v in DATASETS.items())
-    return ValueError(
-        f"unknown data set {name!r}. Valid names (UCI folder names are accepted too, and "
+    names = {k.lower(): k for k in DATASETS if "<" not in k}
+    close = difflib.get_close_matches(name.lower(), list(names), n=1)
+    hint = f" (did you mean {names[close[0]]}?)" if close else ""
+    return InputError(
+        f"unknown data set {name!r}{hint}. Valid names (UCI folder names are accepted too, and "
         f"any existing .npz/.csv path):\n{listing}"
     )
 

@@ -3,11 +3,22 @@
 Registry names: ``"mlp"`` (:class:`MLP`), ``"cnn"`` (the L2E meta-training
 :class:`ConvNet`), ``"resnet20_frn"`` (:func:`resnet20_frn`), ``"vit"`` (:class:`ViT`),
 ``"koopa"`` (the :class:`Koopa` forecaster; :func:`forecaster_for` builds it for a data set).
+
+Your own network: a name ``"package.module:Name"`` (``bdlkit fit --model mypkg.net:Tiny``)
+imports ``package.module`` and calls its class or function ``Name`` as
+``Name(input_shape, out_features, **model_kwargs)``: ``input_shape`` is the tuple of one
+input's sizes (``(64,)`` for digits, ``(C, H, W)`` for images, ``(lookback, channels)``
+for forecasting windows), ``out_features`` the number of outputs (classes, regression
+targets, or ``horizon · channels`` for forecasts, reshaped to ``(horizon, channels)``
+after it). It must return a ``torch.nn.Module``. The run's config.yaml records the name
+as given, so the module must be importable (installed, or on ``PYTHONPATH``) whenever the
+run is fit, resumed or evaluated.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -34,15 +45,85 @@ def build_model(name: str, **kwargs: object) -> nn.Module:
     """Build the registered model ``name`` with constructor keyword arguments ``kwargs``.
 
     Raises:
-        ValueError: if ``name`` is not registered (the message lists the valid names).
+        InputError: (a ``ValueError``) if ``name`` is not registered (the message
+            suggests the closest and lists the valid names); ``"package.module:Name"``
+            calls ``Name(**kwargs)``.
     """
+    if is_import_path(name):
+        return _checked_module(name, import_model(name)(**kwargs))
+    _check_name(name)
+    return MODELS[name](**kwargs)
+
+
+def is_import_path(name: str) -> bool:
+    """Whether model ``name`` is ``"package.module:Name"`` (a user's network), not a zoo name."""
+    return isinstance(name, str) and ":" in name
+
+
+def import_model(spec: str) -> Callable[..., nn.Module]:
+    """The class or function ``Name`` of ``"package.module:Name"``, imported.
+
+    Raises:
+        InputError: the module cannot be imported, has no ``Name``, or ``Name`` is not callable.
+    """
+    module_name, _, attr = spec.partition(":")
+    where = f"--model {spec}"
+    if not module_name or not attr:
+        raise InputError(f"{where}: a model of your own is given as package.module:Name, "
+                         f"e.g. mypkg.net:Tiny")
     try:
-        factory = MODELS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}"
-        ) from None
-    return factory(**kwargs)
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - the user's module: any failure is input
+        raise InputError(
+            f"{where}: cannot import module {module_name!r} ({type(err).__name__}: "
+            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); it must be "
+            "importable (installed, or its folder on PYTHONPATH) when the run is fit, "
+            "resumed (--resume) or evaluated") from err
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            names = [n for n in dir(target) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise InputError(f"{where}: module {module_name!r} has no attribute {attr!r}{hint}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise InputError(f"{where}: {attr!r} in {module_name!r} is a {type(target).__name__}, "
+                         "not a class or function returning a torch.nn.Module")
+    return target
+
+
+def _checked_module(spec: str, net: Any) -> nn.Module:
+    if not isinstance(net, nn.Module):
+        raise InputError(f"--model {spec}: returned a {type(net).__name__}, not a "
+                         "torch.nn.Module")
+    return net
+
+
+def _build_imported(spec: str, shape: tuple[int, ...], out_features: int,
+                    kwargs: dict[str, Any]) -> nn.Module:
+    """``Name(shape, out_features, **kwargs)`` of ``spec``; its failure is an InputError."""
+    factory = import_model(spec)
+    try:
+        net = factory(shape, out_features, **kwargs)
+    except Exception as err:  # noqa: BLE001 - the user's constructor: any failure is input
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise InputError(
+            f"--model {spec}: {spec.partition(':')[2]}({shape}, {out_features}"
+            f"{''.join(f', {k}={v!r}' for k, v in kwargs.items())}) failed "
+            f"({type(err).__name__}: {reason}); it is called as Name(input_shape, "
+            "out_features, **model_kwargs)") from err
+    return _checked_module(spec, net)
+
+
+def _check_name(name: str) -> None:
+    """Refuse a name neither in the zoo nor ``package.module:Name``, suggesting the closest."""
+    if name in MODELS:
+        return
+    close = difflib.get_close_matches(str(name), list(MODELS), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise InputError(f"unknown model {name!r}{hint}; valid names: {', '.join(sorted(MODELS))}, "
+                     "or package.module:Name for a network of your own")
 
 
 def build_for_data(
@@ -54,10 +135,13 @@ def build_for_data(
     constructor options from ``kwargs``. Image models need ``(C, H, W)`` inputs. An
     option in ``kwargs`` the model lacks, or a value it cannot be built with, raises
     :class:`~bdlkit.core.errors.InputError` naming ``--model-kwargs`` and the option.
+    ``"package.module:Name"`` calls ``Name(input_shape, out_features, **kwargs)`` (module
+    docstring).
     """
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
     shape = tuple(int(s) for s in input_shape)
+    if is_import_path(name):
+        return _build_imported(name, shape, int(out_features), kwargs)
+    _check_name(name)
     if name == "mlp":
         return _construct(name, MLP, {"in_features": shape, "out_features": out_features}, kwargs)
     if name == "koopa":
@@ -87,8 +171,8 @@ def forecaster_for(name: str, ds: Any, /, **kwargs: object) -> nn.Module:
     and horizons, the sizes of the official scripts (:func:`koopa_for_data`); any other zoo
     model maps the flattened window to ``H · C`` outputs, reshaped to ``(H, C)``.
     """
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(sorted(MODELS))}")
+    if not is_import_path(name):
+        _check_name(name)
     horizon, channels = ds.y_train.shape[1], ds.y_train.shape[2]
     if name == "koopa":
         return _construct(name, koopa_for_data, {"x_train": ds.x_train, "horizon": horizon,
@@ -150,6 +234,8 @@ def _check_kwarg_names(name: str, factory: Callable[..., nn.Module], fixed: dict
 
 __all__ = [
     "build_for_data",
+    "import_model",
+    "is_import_path",
     "MODELS",
     "MLP",
     "BasicBlockFRN",
