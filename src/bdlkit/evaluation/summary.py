@@ -8,6 +8,7 @@ split → metrics (:mod:`bdlkit.metrics`), and optionally
 * agreement and total variation against reference (HMC) probabilities;
 * covariate shift: six corruptions at five severities (:mod:`bdlkit.data.corruptions`),
   one corrupted copy of the test split in memory at a time;
+* run health (:mod:`bdlkit.evaluation.health`): the failed checks, each with its fix;
 * sampling diagnostics of a sampler run (:func:`sampler_diagnostics`): single-chain ESS
   (L2E's TFP formula) and per-chain split R̂ (Sommer et al.; ``docs/metrics.md``) on the weights
   layer by layer and on function-space quantities (predictive probabilities on a probe
@@ -27,6 +28,7 @@ from torch import Tensor
 from bdlkit import metrics
 from bdlkit.core.draws import KeptDraws
 from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
+from bdlkit.evaluation.health import run_health
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
 from bdlkit.metrics.forecasting import GaussianMixture
 
@@ -100,6 +102,7 @@ def evaluate(
 
         diag = sampler_diagnostics(result, ds.x_test[:probe_size])
         values["diagnostics"] = {k: v for k, v in diag.items() if not k.startswith("_")}
+    values["health"] = run_health(values, result, test, ds)
     return Evaluation(values, test, diag)
 
 

@@ -1,6 +1,7 @@
 """``report.md`` and the PNG plots of a run directory, from an :class:`~bdlkit.evaluation.Evaluation`.
 
-Sections: test metrics; OOD, reference and corruption tables when evaluated; sampling
+Sections: test metrics; run health (the failed checks of
+:mod:`bdlkit.evaluation.health`, each with its fix); OOD, reference and corruption tables when evaluated; sampling
 diagnostics with ESS per second (the only wall-time-dependent number, so it lives here
 and not in ``metrics.json``); the per-layer σ quantiles of a diagonal-Gaussian VI run
 (``Result.sigma_summary``); the run summary; the resolved configuration; plots
@@ -52,6 +53,7 @@ def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> l
         "(burn-in, thinning and checkpoint cadence are pinned there: drop them to change "
         "the number of steps)\n",
         "## Test metrics\n", report.markdown_table(scalars), "",
+        "## Run health\n", _health(values.get("health") or {}), "",
     ]
     if "corruptions" in values:
         text += ["## Covariate shift (accuracy per severity)\n", _corruption_table(values), ""]
@@ -94,6 +96,14 @@ def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> 
         made.append(_name(report.trace_plot(diag["_probe_trace"], run_dir / "trace.png",
                                             names=diag.get("_probe_names"))))
     return [m for m in made if m]
+
+
+def _health(found: dict[str, str]) -> str:
+    if not found:
+        return ("All checks passed: better than the majority class or mean predictor, and "
+                "where they apply R-hat, ESS, kept draws, σ movement and OOD AUPR within "
+                "their thresholds (bdlkit.evaluation.health).")
+    return "\n".join(f"- **{check}**: {message}" for check, message in found.items())
 
 
 def _name(path: Path | None) -> str | None:
