@@ -180,3 +180,14 @@ def test_to_arviz_refuses_a_point_estimate_and_names_the_extra_without_arviz(mon
     monkeypatch.setattr(builtins, "__import__", no_arviz)
     with pytest.raises(ImportError, match=r"bdlkit\[diagnostics\]"):
         bdlkit.infer(t, "sgld", steps=20).to_arviz()
+
+
+def test_to_arviz_of_an_ensemble_holds_its_members_as_draws():
+    pytest.importorskip("arviz")
+    x, y = torch.randn(40, 4), torch.randint(0, 3, (40,))
+    res = bdlkit.infer(classifier(), "ensemble", data=(x, y), steps=10, batch_size=10,
+                       members=3)
+    idata = res.to_arviz(x=x)
+    assert idata.posterior["0.bias"].shape == (1, 3, 8)
+    probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0]).float()
+    assert torch.allclose(probs.mean(0), res.predict(x), atol=1e-6)
