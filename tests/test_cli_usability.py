@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from bdlkit import algorithms, data, models
+from bdlkit.cli import main
 from bdlkit.core.errors import InputError
 from test_cli_errors import _assert_one_error_line, _run
 
@@ -110,3 +111,81 @@ def test_progress_is_untouched_on_a_terminal_or_with_tqdm_mininterval_set(monkey
     monkeypatch.setenv("TQDM_MININTERVAL", "1")
     with cli._progress_for_stream(io.StringIO()):
         assert runner.tqdm is original
+
+
+# ---------------------------------------------------------------- 4. --model pkg.mod:Name
+NET = '''
+import math
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, input_shape, out_features, width=3):
+        super().__init__()
+        self.input_shape, self.width = tuple(input_shape), width
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), width),
+                                  nn.Tanh(), nn.Linear(width, out_features))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def not_a_module(input_shape, out_features):
+    return "a string"
+
+
+SIZE = 3
+'''
+
+
+@pytest.fixture
+def user_package(tmp_path, monkeypatch):
+    """``mypkg.net`` (``Tiny``, ``not_a_module``, ``SIZE``) importable from tmp_path."""
+    package = tmp_path / "pkgs" / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "net.py").write_text(NET)
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    yield "mypkg.net"
+    for name in ("mypkg.net", "mypkg"):
+        sys.modules.pop(name, None)
+
+
+def test_python_api_builds_a_users_network(user_package):
+    net = models.build_for_data("mypkg.net:Tiny", (8, 8), 10, width=5)
+    assert net.input_shape == (8, 8) and net.width == 5
+    assert models.build_model("mypkg.net:Tiny", input_shape=(4,), out_features=2).width == 3
+
+
+def test_fit_and_evaluate_a_users_network(user_package, tmp_path, capsys):
+    out = tmp_path / "r"
+    argv = ["fit", "--method", "map", "--model", "mypkg.net:Tiny", "--model-kwargs",
+            '{"width": 4}', "--data", "digits", "--steps", "5", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    config = (out / "config.yaml").read_text()
+    assert "mypkg.net:Tiny" in config and "width: 4" in config
+    assert main(["evaluate", str(out)]) == 0
+    assert "accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model, needles", [
+    ("nopkg_xyz.net:Tiny", ["cannot import module 'nopkg_xyz.net'", "PYTHONPATH",
+                            "evaluated"]),
+    ("mypkg.net:Tinny", ["has no attribute 'Tinny'", "did you mean Tiny?"]),
+    ("mypkg.net:SIZE", ["'SIZE'", "int", "not a class or function"]),
+    ("mypkg.net:not_a_module", ["returned a str", "not a torch.nn.Module"]),
+    ("mypkg.net:", ["package.module:Name"]),
+])
+def test_a_bad_users_network_is_one_line(model, needles, user_package, tmp_path, capsys):
+    rc = _run(["fit", "--method", "map", "--model", model, "--out", str(tmp_path / "r"),
+               *QUICK])
+    _assert_one_error_line(rc, capsys.readouterr().err, [f"--model {model}", *needles])
+
+
+def test_a_users_constructor_failing_is_one_line(user_package, tmp_path, capsys):
+    rc = _run(["fit", "--method", "map", "--model", "mypkg.net:Tiny", "--model-kwargs",
+               '{"depth": 2}', "--out", str(tmp_path / "r"), *QUICK])
+    _assert_one_error_line(rc, capsys.readouterr().err,
+                           ["--model mypkg.net:Tiny", "depth", "TypeError",
+                            "Name(input_shape, out_features, **model_kwargs)"])

@@ -54,6 +54,10 @@ FIT_EXAMPLES = """examples:
   bdlkit fit --method sgld --data mnist --epochs 10 --lr 0.1 --eval-every 100 --out runs/m
   bdlkit fit --config experiment.yaml --out runs/exp      (YAML keys: the options below;
                                                            method options under `hyper:`)
+  bdlkit fit --method map --model mypkg.net:Tiny --model-kwargs '{"width": 4}' --out runs/t
+                                                           (your network: Tiny(input_shape,
+                                                           out_features, **model_kwargs)
+                                                           returning a torch.nn.Module)
   bdlkit fit --resume runs/sgld                           (continue an interrupted run)
   bdlkit fit --resume runs/sgld --lr 0.01                 (... after a NaN stop, with a
                                                            smaller step size)"""
