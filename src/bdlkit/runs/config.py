@@ -44,7 +44,7 @@ class RunConfig:
     """Everything that defines a ``bdlkit fit`` run (saved as ``config.yaml``)."""
 
     method: str = field(metadata={"help": "inference method (see `bdlkit list`)"})
-    model: str = field(default="mlp", metadata={"help": "model from the zoo (see `bdlkit list`)"})
+    model: str = field(default="mlp", metadata={"help": "model from the zoo (see `bdlkit list`) or package.module:Name"})
     data: str = field(default="digits", metadata={"help": "data set name or .npz/.csv path"})
     steps: int | None = field(default=None, metadata={"help": "number of steps (default 1000)"})
     epochs: int | None = field(default=None, metadata={"help": "number of epochs (instead of steps)"})
