@@ -21,16 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bdlkit.core.extras import require
 from bdlkit.core.tree import TensorTree
 from bdlkit.evaluation.draw_predictions import PredictiveSamples
 
 
 def import_arviz() -> Any:
-    try:
-        import arviz
-    except ImportError as err:
-        raise ImportError("to_arviz needs ArviZ: pip install 'bdlkit[diagnostics]'") from err
-    return arviz
+    return require("arviz", "diagnostics", "to_arviz")
 
 
 def _numpy(t: Tensor) -> Any:

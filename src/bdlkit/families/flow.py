@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bdlkit.core.extras import require
 from bdlkit.families.layout import Layout
 
 FlowParams = dict[str, Tensor]
@@ -82,11 +83,7 @@ def stable_spline() -> type:
 
 def zuko_module() -> Any:
     """zuko, or an ImportError naming the extra that installs it."""
-    try:
-        import zuko
-    except ImportError as err:  # pragma: no cover - zuko is in the dev lock
-        raise ImportError("the flow family needs zuko: pip install 'bdlkit[flows]'") from err
-    return zuko
+    return require("zuko", "flows", "the flow family")
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.core import rng
+from bdlkit.core.extras import require
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.tree import TensorTree, detach_clone, pytree_dataclass
 
@@ -229,11 +230,7 @@ def _same_batch(a: Batch, b: Batch) -> bool:
 
 
 def _pyro_nuts() -> type:
-    try:
-        from pyro.infer.mcmc import NUTS as PyroNUTS
-    except ImportError as err:
-        raise ImportError("method 'nuts' needs Pyro: pip install bdlkit[reference]") from err
-    return PyroNUTS
+    return require("pyro.infer.mcmc", "reference", "method 'nuts'").NUTS
 
 
 def _number(value: Any) -> float:
