@@ -301,8 +301,8 @@ class Runner:
         bar.close()
         if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", total))
-        if sampler:
-            self.store.flush()  # a store without a run_dir: its last shard
+        if sampler and self.run_dir is None:
+            self.store.flush()  # its last shard (with a run_dir, the final checkpoint did)
         run_config = {
             "method": method, "kind": self.algorithm.kind, "seed": self.seed, "steps": total,
             "batch_size": self.batch_size, "chains": self.chains,

@@ -138,12 +138,13 @@ def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
     return point_metrics
 
 
-def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False):
+def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any = None):
     """Data, problem, algorithm and Runner of ``cfg``, built the same way for a fresh run,
     a resume and ``evaluate``: the runner binds the run length, builds a sampler's store
     under ``run_dir/samples`` (written on its first draw) and checkpoints every 10 % of the
-    run unless ``checkpoint_every`` says otherwise. Nothing is written here."""
-    ds = load_dataset(cfg)
+    run unless ``checkpoint_every`` says otherwise. ``ds``: the data set of ``cfg``, when
+    already loaded. Nothing is written here."""
+    ds = load_dataset(cfg) if ds is None else ds
     problem = build_problem(cfg, ds)
     algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
     runner = Runner(
@@ -274,7 +275,7 @@ def resume(run_dir: str | os.PathLike, *, progress: bool = False,
                                  "there is nothing to continue with a new step size; start "
                                  "a new run with --out")
             save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
-            runner, problem, ds, total = build_runner(cfg, run_dir, progress)
+            runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds)
         result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
         return _finish(result, cfg, ds, run_dir)
 
