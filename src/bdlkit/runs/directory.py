@@ -165,7 +165,7 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
     values["hyper"] = resolved_hyper(cfg.method, cfg.hyper)
     bound = runner.algorithm.hyperparameters()
     for name, value in values["hyper"].items():  # defaults fixed by the run length
-        if value is None and isinstance(bound.get(name), (int, float)):
+        if value is None and isinstance(bound.get(name), (int, float, str)):
             values["hyper"][name] = bound[name]
     values["checkpoint_every"] = runner.checkpoint_every
     values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)

@@ -239,3 +239,13 @@ def test_default_burnin_covers_the_adaptation():
                      burnin=10)
     with pytest.raises(ValueError, match="whole run"):
         bdlkit.infer(target, "hmc", steps=40, adapt_steps=40, num_leapfrog=3, chains=2)
+
+
+def test_default_adaptation_is_half_the_run_at_most_100():
+    """adapt_steps=None: half the run (a 30-iteration run adapts 15), capped at 100."""
+    target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2, dtype=torch.float64)
+    alg = hmc.build(target)
+    assert alg.warmup_steps == 100  # stepped by hand: the cap
+    assert alg.for_run(30).adapt_steps == 15
+    assert alg.for_run(1000).adapt_steps == 100
+    assert hmc.build(target, adapt_steps=7).for_run(30).adapt_steps == 7

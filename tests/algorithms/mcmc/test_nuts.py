@@ -11,6 +11,7 @@ from sampler_helpers import (
     exact_draws,
 )
 
+import bdlkit
 from bdlkit.algorithms.mcmc import nuts
 from bdlkit.core.serialization import state_from_tensors, state_to_tensors
 from bdlkit.engine.collect.store import MemoryStore
@@ -138,3 +139,11 @@ def test_unsupported_problem_and_missing_pyro(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyro.infer.mcmc", None)
     with pytest.raises(ImportError, match=r"bdlkit\[reference\]"):
         nuts.build(target)
+
+
+def test_default_warmup_is_half_the_run_at_most_200():
+    target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2, dtype=torch.float64)
+    alg = nuts.build(target)
+    assert alg.warmup_steps == 200
+    assert alg.for_run(30).warmup == 15
+    assert alg.for_run(1000).warmup == 200

@@ -167,7 +167,19 @@ def test_an_indefinite_covariance_is_rejected(monkeypatch):
 def test_full_covariance_needs_a_target(blr):
     model, _, _, _ = blr
     with pytest.raises(ValueError, match="covariance='diag'"):
-        gsm.build(model)
+        gsm.build(model, covariance="full")
+
+
+def test_defaults_follow_the_problem(blr):
+    """covariance/init_std None: diag and 0.01 on a network, full and 1 on a Target."""
+    from bdlkit.algorithms.vi import bam
+
+    model, _, _, _ = blr
+    for build in (gsm.build, bam.build):
+        on_net = build(model)
+        assert (on_net.covariance, on_net.init_std) == ("diag", 0.01)
+        on_target = build(banana())
+        assert (on_target.covariance, on_target.init_std) == ("full", 1.0)
 
 
 def test_diag_gsm_runs_on_a_network(blr):

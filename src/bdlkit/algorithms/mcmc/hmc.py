@@ -42,6 +42,7 @@ with ᾱ_m the mean acceptance probability over chains, δ = ``target_accept``,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -49,6 +50,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from bdlkit.algorithms.mcmc.adaptation import default_adaptation
 from bdlkit.algorithms.options import builder
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
@@ -67,6 +69,7 @@ from bdlkit.problems import Target
 KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 GAMMA, T0, KAPPA = 0.05, 10.0, 0.75  # dual averaging constants (Hoffman & Gelman 2014)
 MAX_ENERGY_ERROR = 1000.0
+ADAPT_STEPS = 100  # the cap on the default adaptation length (half the run)
 F64 = torch.float64
 
 
@@ -92,8 +95,8 @@ class HMC(Sampler):
         num_leapfrog: leapfrog steps L per iteration (when ``trajectory_length`` is None).
         trajectory_length: a fixed trajectory length: L = min(⌈trajectory_length/ε⌉,
             max_leapfrog) (Izmailov et al. 2021); None: L = ``num_leapfrog``.
-        adapt_steps: iterations of dual averaging of ε (0: ε fixed); the default burn-in
-            covers them.
+        adapt_steps: iterations of dual averaging of ε (0: ε fixed); None: half the run, at
+            most 100 (:mod:`.adaptation`). The default burn-in covers them.
         target_accept: the mean acceptance probability δ in (0, 1) dual averaging aims at.
         max_leapfrog: the cap on L under ``trajectory_length``.
     """
@@ -102,7 +105,7 @@ class HMC(Sampler):
     step_size: float = 0.1
     num_leapfrog: int = 10
     trajectory_length: float | None = None
-    adapt_steps: int = 100
+    adapt_steps: int | None = None
     target_accept: float = 0.8
     max_leapfrog: int = 1000
     name: str = "hmc"
@@ -114,6 +117,8 @@ class HMC(Sampler):
             raise ValueError(f"step_size must be a finite number > 0, got {self.step_size}")
         for name, low in (("num_leapfrog", 1), ("adapt_steps", 0), ("max_leapfrog", 1)):
             value = getattr(self, name)
+            if value is None and name == "adapt_steps":
+                continue
             if isinstance(value, bool) or int(value) != value or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
             object.__setattr__(self, name, int(value))
@@ -139,8 +144,18 @@ class HMC(Sampler):
                         score=zeros_like(params), cached=False, log_step_size=log_eps,
                         log_step_size_avg=log_eps.clone(), error_avg=torch.zeros((), dtype=F64))
 
+    def for_run(self, total_steps: int) -> HMC:
+        """This sampler with ``adapt_steps`` fixed for a run of ``total_steps`` iterations."""
+        return dataclasses.replace(
+            self, adapt_steps=default_adaptation(self.adapt_steps, ADAPT_STEPS, total_steps))
+
+    @property
+    def adapting_for(self) -> int:
+        """Iterations of dual averaging (``adapt_steps``, or its default outside a run)."""
+        return default_adaptation(self.adapt_steps, ADAPT_STEPS, None)
+
     def step(self, state: HMCState, batch: Batch) -> tuple[HMCState, Info]:
-        adapting = state.step < self.adapt_steps
+        adapting = state.step < self.adapting_for
         log_eps = state.log_step_size if adapting else state.log_step_size_avg
         eps = float(log_eps.exp())
         n_leap = self.leapfrog_steps(eps)
@@ -190,11 +205,11 @@ class HMC(Sampler):
     @property
     def warmup_steps(self) -> int:
         """Iterations spent adapting ε: the runner's default burn-in covers them."""
-        return self.adapt_steps
+        return self.adapting_for
 
     def step_size_now(self, state: HMCState) -> float:
         """The ε the next iteration uses (ε̄ once adaptation is over)."""
-        adapting = state.step < self.adapt_steps
+        adapting = state.step < self.adapting_for
         return float((state.log_step_size if adapting else state.log_step_size_avg).exp())
 
     def leapfrog_steps(self, eps: float) -> int:

@@ -31,12 +31,14 @@ Info: ``log_prob`` (summed over chains), ``accept_prob``, ``step_size``, ``tree_
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from bdlkit.algorithms.mcmc.adaptation import default_adaptation
 from bdlkit.algorithms.options import builder
 from bdlkit.core import rng
 from bdlkit.core.extras import require
@@ -44,6 +46,7 @@ from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.tree import TensorTree, detach_clone, pytree_dataclass
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
+WARMUP = 200  # the cap on the default warm-up length (half the run)
 SITE = ("z",)  # Pyro keys its mass matrix blocks by tuples of site names
 
 
@@ -63,8 +66,8 @@ class NUTS(Sampler):
     Args:
         step_size: the initial leapfrog step size (adapted during the warm-up).
         max_tree_depth: the most doublings of a trajectory, an integer in [1, 30].
-        warmup: transitions of Pyro's adaptation (step size, mass matrix); the default
-            burn-in covers them.
+        warmup: transitions of Pyro's adaptation (step size, mass matrix); None: half the
+            run, at most 200 (:mod:`.adaptation`). The default burn-in covers them.
         target_accept: the acceptance probability in (0, 1) the step size adapts to.
         adapt_mass_matrix: also adapt a diagonal inverse mass matrix during the warm-up
             (Pyro does so only when ``warmup >= 20``).
@@ -73,7 +76,7 @@ class NUTS(Sampler):
     problem: Problem
     step_size: float = 0.1
     max_tree_depth: int = 8
-    warmup: int = 200
+    warmup: int | None = None
     target_accept: float = 0.8
     adapt_mass_matrix: bool = True
     name: str = "nuts"
@@ -92,6 +95,8 @@ class NUTS(Sampler):
             raise ValueError(f"step_size must be a finite number > 0, got {self.step_size!r}")
         for key, low, high in (("max_tree_depth", 1, 30), ("warmup", 0, float("inf"))):
             value = getattr(self, key)
+            if value is None and key == "warmup":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{key} must be an integer in [{low}, {high}], got {value!r}")
         if not 0 < _number(self.target_accept) < 1:
@@ -149,15 +154,20 @@ class NUTS(Sampler):
     def params(self, state: NUTSState) -> TensorTree:
         return state.params
 
+    def for_run(self, total_steps: int) -> NUTS:
+        """This sampler with ``warmup`` fixed for a run of ``total_steps`` transitions."""
+        return dataclasses.replace(
+            self, warmup=default_adaptation(self.warmup, WARMUP, total_steps))
+
     @property
     def warmup_steps(self) -> int:
         """Transitions of Pyro's adaptation: the runner's default burn-in covers them."""
-        return self.warmup
+        return default_adaptation(self.warmup, WARMUP, None)
 
     def _kernel(self, state: NUTSState, z: Tensor, step_size: float, inverse_mass: Tensor,
                 cache: dict[str, Any]) -> Any:
         """A Pyro kernel set up at ``z`` for the rest of the run (draws from the global RNG)."""
-        remaining = max(self.warmup - state.step, 0)
+        remaining = max(self.warmup_steps - state.step, 0)
         template = state.params
 
         def potential(sites: dict[str, Tensor]) -> Tensor:

@@ -189,22 +189,23 @@ class BaM(GaussianProjectionVI):
     Args:
         num_samples: B draws (and scores) per step.
         covariance: "full" or "lowrank" (the same Σ, O(d²B + B³) per step; both Targets
-            only), or "diag" (any pytree).
+            only), or "diag" (any pytree); None: full on a Target, diag on a network.
         lam_scale: the factor of the built-in schedules' step size λ_t (must stay 1 with a
             callable ``schedule``).
         schedule: λ_t after t steps, d parameters: "inverse" (lam_scale·B·d/(t + 1)),
             "constant" (lam_scale·B·d), or a callable t -> λ_t.
-        init_std: σ of q₀ around the initial parameters.
+        init_std: σ of q₀ around the initial parameters; None: 1 on a Target, 0.01 on a
+            network.
         patience: rejected updates in a row before :meth:`status` reports
             ``"numerical_failure"``.
     """
 
     problem: Problem
     num_samples: int = 16
-    covariance: Literal["full", "diag", "lowrank"] = "full"
+    covariance: Literal["full", "diag", "lowrank"] | None = None
     lam_scale: float = 1.0
     schedule: Literal["inverse", "constant"] | Callable[[int], float] = "inverse"
-    init_std: float = 1.0
+    init_std: float | None = None
     patience: int = DEFAULT_PATIENCE
     name: str = "bam"
 

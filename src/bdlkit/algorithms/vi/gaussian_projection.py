@@ -180,9 +180,29 @@ def field_choices(alg: Any, name: str) -> tuple[Any, ...] | None:
     return choices_of(alg.__dataclass_fields__[name].type)
 
 
+#: ``init_std=None`` on a network: σ₀ of ADVI's default (``docs/vi.md``). GSM and BaM
+#: were designed for Targets of unit scale (σ₀ = 1); a σ₀ of 1 on every weight of a
+#: network gives draws whose predictions are noise (the defaults study,
+#: ``bdlkit bench defaults``: RMSE above the mean predictor on UCI).
+NETWORK_INIT_STD = 1e-2
+
+
+def network_defaults(alg: Any) -> None:
+    """Fill ``covariance=None`` and ``init_std=None`` by the problem: the full covariance
+    and σ₀ = 1 on a :class:`~bdlkit.Target`, the diagonal family and σ₀ =
+    :data:`NETWORK_INIT_STD` on a network (a d × d covariance needs one flat vector)."""
+    target = isinstance(alg.problem, Target)
+    if alg.covariance is None:
+        object.__setattr__(alg, "covariance", "full" if target else "diag")
+    if alg.init_std is None:
+        object.__setattr__(alg, "init_std", 1.0 if target else NETWORK_INIT_STD)
+
+
 def setup(alg: Any) -> None:
-    """``__post_init__`` of GSM and BaM: check the options they share (:func:`check_hyper`,
-    the covariances being those of the field's ``Literal``) and coerce them."""
+    """``__post_init__`` of GSM and BaM: fill the problem-dependent defaults
+    (:func:`network_defaults`), check the options they share (:func:`check_hyper`, the
+    covariances being those of the field's ``Literal``) and coerce them."""
+    network_defaults(alg)
     check_hyper(alg.problem, alg.num_samples, alg.covariance, field_choices(alg, "covariance"),
                 alg.init_std, alg.patience)
     for name, kind in (("num_samples", int), ("init_std", float), ("patience", int)):
@@ -210,5 +230,5 @@ def check_hyper(problem: Problem, num_samples: int, covariance: str, choices: tu
 __all__ = [
     "DEFAULT_PATIENCE", "NUMERICAL_FAILURE", "OK", "GaussianProjectionVI",
     "ProjectionState", "accept_or_reject", "check_hyper", "diag_from_var", "field_choices",
-    "finite", "init_lam", "initial_state", "leafwise", "setup",
+    "finite", "init_lam", "initial_state", "leafwise", "network_defaults", "setup",
 ]

@@ -97,16 +97,18 @@ class GSM(GaussianProjectionVI):
 
     Args:
         num_samples: B draws (and scores) per step.
-        covariance: "full" (λ = (μ, L), Σ = LLᵀ: Targets only) or "diag" (any pytree).
-        init_std: σ of q₀ around the initial parameters.
+        covariance: "full" (λ = (μ, L), Σ = LLᵀ: Targets only) or "diag" (any pytree);
+            None: full on a Target, diag on a network.
+        init_std: σ of q₀ around the initial parameters; None: 1 on a Target, 0.01 on a
+            network.
         patience: rejected updates in a row before :meth:`status` reports
             ``"numerical_failure"``.
     """
 
     problem: Problem
     num_samples: int = 2
-    covariance: Literal["full", "diag"] = "full"
-    init_std: float = 1.0
+    covariance: Literal["full", "diag"] | None = None
+    init_std: float | None = None
     patience: int = DEFAULT_PATIENCE
     name: str = "gsm"
 
