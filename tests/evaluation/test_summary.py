@@ -136,3 +136,15 @@ def test_vi_run_report_has_sigma_per_layer_and_the_run_warns_it_never_moved(tmp_
     section = text.split("## Variational σ (per layer)")[1].split("## Run")[0]
     for row in ("| net.0.weight | 6400 |", "| net.2.bias | 10 |", "| all | 7510 |"):
         assert row in section, row
+
+
+def test_evaluation_holds_the_ood_bma(digits_run):
+    from bdlkit import data
+    from bdlkit.evaluation.summary import evaluate
+    from bdlkit.runs.directory import load_run
+
+    result, cfg, ds = load_run(digits_run)
+    assert evaluate(result, ds, diagnostics=False).ood is None
+    ev = evaluate(result, ds, ood=data.load("digits", root=cfg.data_root), diagnostics=False)
+    assert ev.ood is not None and ev.ood.log_probs.shape == ev.test.log_probs.shape
+    assert ev.ood.num_samples == ev.metrics["num_draws"]

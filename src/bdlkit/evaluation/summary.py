@@ -45,6 +45,7 @@ class Evaluation:
     metrics: dict[str, Any]
     test: ClassificationBMA | RegressionBMA | GaussianMixture
     diagnostics: dict[str, Any] | None = None  # incl. tensors for plots (not JSON)
+    ood: ClassificationBMA | None = None  # the BMA of the OOD inputs (for the OOD plots)
 
 
 def evaluate(
@@ -69,6 +70,7 @@ def evaluate(
     """
     y = ds.y_test
     values: dict[str, Any] = {}
+    ood_bma: ClassificationBMA | None = None
     classes = getattr(getattr(result.problem, "likelihood", None), "task", "") == "classification"
     if not classes and (ood is not None or reference is not None or corruptions):
         raise ValueError("--ood, --reference and --corruptions need a classification run")
@@ -85,7 +87,8 @@ def evaluate(
     if isinstance(test, ClassificationBMA):
         values.update(classification_values(test, y))
         if ood is not None:
-            values.update(_ood(result, ds, test, ood, num_samples))
+            ood_bma = _ood_bma(result, ds, ood, num_samples)
+            values.update(metrics.ood_metrics(test, ood_bma), ood_data=ood.name)
         if reference is not None:
             values.update(_reference(test.probs, reference))
         if corruptions:
@@ -103,7 +106,7 @@ def evaluate(
         diag = sampler_diagnostics(result, ds.x_test[:probe_size])
         values["diagnostics"] = {k: v for k, v in diag.items() if not k.startswith("_")}
     values["health"] = run_health(values, result, test, ds)
-    return Evaluation(values, test, diag)
+    return Evaluation(values, test, diag, ood_bma)
 
 
 def target_scale(ds: Any) -> float:
@@ -125,8 +128,7 @@ def classification_values(test: ClassificationBMA, y: Tensor) -> dict[str, float
     return out
 
 
-def _ood(result: Result, ds: Any, test: ClassificationBMA, ood: Any,
-         num_samples: int) -> dict[str, Any]:
+def _ood_bma(result: Result, ds: Any, ood: Any, num_samples: int) -> ClassificationBMA:
     x_ood = ood.x_test if len(ood.x_test) else ood.x_train
     if tuple(x_ood.shape[1:]) != tuple(ds.x_test.shape[1:]):
         raise ValueError(
@@ -134,8 +136,7 @@ def _ood(result: Result, ds: Any, test: ClassificationBMA, ood: Any,
             f"data {tuple(ds.x_test.shape[1:])}; pick an OOD set of the same shape "
             "(mnist: notmnist)"
         )
-    out_bma = result.predictive(x_ood.to(ds.x_test.device), num_samples=num_samples)
-    return {**metrics.ood_metrics(test, out_bma), "ood_data": ood.name}
+    return result.predictive(x_ood.to(ds.x_test.device), num_samples=num_samples)
 
 
 def _reference(probs: Tensor, reference: Tensor) -> dict[str, Any]:
