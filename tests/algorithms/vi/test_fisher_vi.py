@@ -110,3 +110,15 @@ def test_rejects_a_problem_without_a_differentiable_log_density():
 
     with pytest.raises(TypeError, match="differentiable log density"):
         fisher_vi.build(Opaque())
+
+
+def test_building_it_on_a_network_warns_before_the_run_and_on_a_target_does_not():
+    import warnings
+
+    from bdlkit.core.errors import VIWarning
+
+    with pytest.warns(VIWarning, match="constant predictor"):
+        fisher_vi.build(tiny_mlp_problem()[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", VIWarning)
+        fisher_vi.build(diag_gaussian(torch.ones(2, dtype=F64))[0])

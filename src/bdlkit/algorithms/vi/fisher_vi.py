@@ -26,6 +26,13 @@ Caveats:
   the trace depends on λ through θ. So the minibatch gradient is biased (it also fits the
   minibatch noise), unlike the score-VI gradient. Use full batches (``batch_size ≥ N``) to
   remove the bias.
+- **Networks.** On a network with minibatches the bias term wins: the minimiser of
+  tr Cov[ŝ] is a flat function, and every network problem of the defaults study
+  (``bdlkit bench defaults``: digits, MNIST subsets, a two-class set, CIFAR-10 with a CNN)
+  ends at a constant predictor, at or below the majority class, at every lr tried
+  (1e-3, 1e-2). Building it on a :class:`~bdlkit.BayesianModel` therefore warns
+  (:class:`~bdlkit.core.errors.VIWarning`) before the run: it is a baseline for Targets
+  and full-batch runs.
 - The model must be traceable by ``torch.func`` twice (``BayesianModel(oracle="module")``
   is not used here: the functional ``log_posterior`` is).
 - **Divergence.** If the loss, its gradient or λ become NaN or infinite (a too large
@@ -37,6 +44,7 @@ Scale, optimiser, ``init_std``, state and approximation follow :mod:`.advi`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -47,7 +55,7 @@ from torch import Tensor
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.vi import common as vi
 from bdlkit.core import rng
-from bdlkit.core.errors import NonFiniteError
+from bdlkit.core.errors import NonFiniteError, VIWarning, caller_stacklevel
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule, resolve
 from bdlkit.core.tree import TensorTree, all_finite, device_of, index, tree_leaves, tree_map
@@ -77,6 +85,13 @@ def differentiable_log_density(problem: Problem) -> LogDensity:
     return fn
 
 
+NETWORK_WARNING = (
+    "fisher_vi on a network: with minibatch scores its loss also fits the gradient noise, "
+    "whose minimiser is a flat function, so it ends at a constant predictor (majority "
+    "class on every network problem of `bdlkit bench defaults`); use advi or score_vi, or "
+    "full batches (--batch-size >= the training rows) if you need this baseline")
+
+
 @dataclass(frozen=True)
 class FisherVI(vi.DiagGaussianVI):
     """``λ ← λ + optimizer_update(∇_λ L̂)`` with the Fisher loss L̂ of the module docstring.
@@ -104,6 +119,8 @@ class FisherVI(vi.DiagGaussianVI):
     def __post_init__(self) -> None:
         vi.setup(self)
         object.__setattr__(self, "_log_density", differentiable_log_density(self.problem))
+        if not isinstance(self.problem, Target):
+            warnings.warn(NETWORK_WARNING, VIWarning, stacklevel=caller_stacklevel())
 
     def init(
         self, params: TensorTree | DiagGaussianParams | None = None, *,
