@@ -242,7 +242,7 @@ def test_huge_but_representable_values_warn(tmp_path: Path) -> None:
     csv.write_text("a,b,t\n" + "".join(f"{i},{i * 1e30},{i * 1e7}\n" for i in range(9)))
     with pytest.warns(DataWarning) as record:
         load_file(csv)
-    messages = [str(w.message) for w in record]
+    messages = [str(w.message) for w in record if w.category is DataWarning]  # not scale
     assert len(messages) == 2, messages
     assert re.search(r"input column\(s\) 'b' \(max \|value\| 8e\+30\).*standardis", messages[0])
     assert re.search(r"regression target\(s\) 't' \(max \|value\| 8e\+07\)", messages[1])
@@ -274,3 +274,19 @@ def test_complex_and_text_arrays_are_refused(tmp_path: Path) -> None:
         load_file(_npz(tmp_path, x=np.ones((10, 2), dtype=complex), y=np.ones(10)))
     with pytest.raises(DataError, match="'y' has non-numeric dtype"):
         load_file(_npz(tmp_path, x=np.ones((10, 2)), y=np.array(["a"] * 10)))
+
+
+def test_inputs_far_from_unit_scale_warn_before_the_run(tmp_path: Path) -> None:
+    """0..255 pixels: a DefaultsWarning naming the scale and the fix; [0, 1] pixels: none."""
+    import warnings
+
+    from bdlkit.core.errors import DefaultsWarning
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(40, 1, 4, 4)).astype(np.uint8)
+    y = np.arange(40) % 2
+    with pytest.warns(DefaultsWarning, match=r"root mean square of 1\d\d.*divide by 255"):
+        load_file(_npz(tmp_path, x=pixels, y=y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DefaultsWarning)
+        load_file(_npz(tmp_path, x=pixels / 255.0, y=y))

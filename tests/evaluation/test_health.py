@@ -81,3 +81,13 @@ def test_a_sampler_stuck_on_the_majority_class_is_flagged_end_to_end():
     result = bdlkit.infer(model, "map", data=(ds.x_train, ds.y_train), steps=200, seed=0)
     values = evaluate(result, ds).metrics
     assert "majority" in values["health"], values["health"]
+
+
+def test_the_trivial_baseline_is_the_majority_test_class_or_the_training_mean():
+    from bdlkit.evaluation.health import trivial_baseline
+
+    labels = SimpleNamespace(y_test=torch.tensor([0, 1, 1, 1]), y_train=torch.tensor([0]))
+    assert trivial_baseline(labels) == ("accuracy", 0.75)
+    targets = SimpleNamespace(y_test=torch.tensor([1.0, 3.0]), y_train=torch.tensor([2.0]),
+                              meta={"y_std": 10.0})
+    assert trivial_baseline(targets) == ("rmse", pytest.approx(10.0))

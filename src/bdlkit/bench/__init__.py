@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bdlkit import algorithms
 from bdlkit.bench import (
     bnn_lowdata,
+    defaults,
     diagnostics_speed,
     digits,
     efficiency,
@@ -43,6 +45,7 @@ SUITES: dict[str, Suite] = {
     "bnn-lowdata": bnn_lowdata.run,
     "flow-stability": flow_stability.run,
     "timeseries": timeseries.run,
+    "defaults": defaults.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -57,6 +60,7 @@ DESCRIPTIONS: dict[str, str] = {
     "bnn-lowdata": bnn_lowdata.DESCRIPTION,
     "flow-stability": flow_stability.DESCRIPTION,
     "timeseries": timeseries.DESCRIPTION,
+    "defaults": defaults.DESCRIPTION,
 }
 
 
@@ -70,7 +74,8 @@ def get_suite(name: str) -> Suite:
 ROW_SUITES = ("synthetic",)
 #: Suites that can run a subset of their rows (``--rows``), side by side, into a new folder.
 METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS),
-                 "timeseries": tuple(timeseries.ROWS)}
+                 "timeseries": tuple(timeseries.ROWS),
+                 "defaults": tuple(sorted(algorithms.METHODS))}
 
 
 def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,

@@ -42,6 +42,17 @@ class DataWarning(UserWarning):
     classes that never occur in the training labels, or a single training class."""
 
 
+class DefaultsWarning(UserWarning):
+    """Said before a run: one of bdlkit's defaults is known not to serve this problem (a
+    method on a kind of problem it fails on, inputs far from the unit scale the defaults
+    assume). The message names the evidence (``bdlkit bench defaults``) and the fix."""
+
+
+class InputScaleWarning(DataWarning, DefaultsWarning):
+    """Training inputs far from the unit scale bdlkit's defaults assume (a data warning
+    that is also a defaults warning)."""
+
+
 class PointEstimateWarning(VIWarning):
     """A VI run's σ barely moved from ``init_std``: q is still close to a point estimate."""
 

@@ -21,7 +21,9 @@ Classification labels are integral, 1-D and in ``[0, num_classes)`` in every spl
 ``num_classes`` is declared or inferred once as ``max label + 1`` and then capped at
 :data:`MAX_CLASSES`. A :class:`~bdlkit.core.errors.DataWarning` flags values above
 :data:`LARGE_VALUE` in magnitude, classes that never occur in the training labels and
-training labels of a single class.
+training labels of a single class; an :class:`~bdlkit.core.errors.InputScaleWarning`
+flags training inputs whose root mean square exceeds :data:`INPUT_SCALE` (the defaults
+assume inputs of order 1).
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from bdlkit.core.errors import DataError, DataWarning, InputError, caller_stacklevel
+from bdlkit.core.errors import (
+    DataError,
+    DataWarning,
+    InputError,
+    InputScaleWarning,
+    caller_stacklevel,
+)
 from bdlkit.data.csv_series import numeric_columns, read_table
 from bdlkit.data.dataset import (
     MAX_CLASSES,
@@ -49,6 +57,9 @@ from bdlkit.data.dataset import (
 
 SUPPORTED_EXTENSIONS = (".npz", ".csv")
 LARGE_VALUE = 1e6  # a column whose max |value| exceeds this draws a DataWarning
+#: Training inputs whose root mean square exceeds this draw a DefaultsWarning: the zoo's
+#: initialisation, the unit prior and the SG-MCMC step sizes assume inputs of order 1.
+INPUT_SCALE = 10.0
 _F32_MAX = float(torch.finfo(torch.float32).max)
 _SHOWN = 5  # names or classes listed in a warning
 
@@ -351,9 +362,26 @@ def _tensors(parts: dict[str, Any], task: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def warn_input_scale(x: torch.Tensor, path: Path) -> None:
+    """An :class:`~bdlkit.core.errors.InputScaleWarning` (a DataWarning and a
+    DefaultsWarning) when the training inputs' root mean
+    square exceeds :data:`INPUT_SCALE` (e.g. image pixels in 0..255)."""
+    scale = float(x.double().pow(2).mean().sqrt()) if x.numel() else 0.0
+    if scale > INPUT_SCALE:
+        warnings.warn(
+            f"{path}: the training inputs have a root mean square of {scale:.3g}; bdlkit's "
+            f"defaults (initialisation, prior scale 1, SG-MCMC step sizes) assume inputs of "
+            f"order 1, and on 0..255 pixels sgld and sghmc predict the majority class "
+            f"(`bdlkit bench defaults`, two-class-255). Fix: rescale before saving (pixels: "
+            f"divide by 255) or standardise each feature with the training mean and std",
+            InputScaleWarning, stacklevel=caller_stacklevel())
+
+
 def _warn_after_load(ds: Dataset, src: _Source) -> None:
-    """The DataWarnings of a loaded file: large inputs or targets, unused classes."""
+    """The warnings of a loaded file: large inputs or targets, inputs far from unit scale,
+    unused classes."""
     splits = [s for s in (ds.train(), ds.test(), ds.val()) if s is not None]
+    warn_input_scale(ds.x_train, src.path)
     if src.columns is not None:
         _warn_large([x for x, _ in splits], "input column", [repr(c) for c in src.columns],
                     src.path)
@@ -369,4 +397,5 @@ def _warn_after_load(ds: Dataset, src: _Source) -> None:
         warn_unused_classes(ds.y_train, int(ds.num_classes), src.path)
 
 
-__all__ = ["LARGE_VALUE", "MAX_CLASSES", "SUPPORTED_EXTENSIONS", "load_file"]
+__all__ = ["INPUT_SCALE", "LARGE_VALUE", "MAX_CLASSES", "SUPPORTED_EXTENSIONS", "load_file",
+           "warn_input_scale"]

@@ -47,24 +47,42 @@ def run_health(values: dict[str, Any], result: Result, test: Any, ds: Any) -> di
     return found
 
 
-def _majority(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dict[str, str]:
+def trivial_baseline(ds: Any) -> tuple[str, float] | None:
+    """The trivial predictor's score on ``ds``'s test split, in the units ``metrics.json``
+    reports: ``("accuracy", frequency of the most frequent test class)`` for classes,
+    ``("rmse", RMSE of the training mean)`` for regression targets (times
+    ``meta["y_std"]``, the targets' original units); None without test rows."""
     y = ds.y_test
-    if isinstance(test, ClassificationBMA) and len(y):
-        majority = float(torch.bincount(y.cpu()).max()) / len(y)
+    if not len(y):
+        return None
+    if not y.dtype.is_floating_point:
+        return "accuracy", float(torch.bincount(y.cpu()).max()) / len(y)
+    if not len(ds.y_train):
+        return None
+    return "rmse", _scale(ds) * float(((ds.y_train.mean(0) - y) ** 2).mean().sqrt())
+
+
+def _scale(ds: Any) -> float:
+    return float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
+
+
+def _majority(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dict[str, str]:
+    baseline = trivial_baseline(ds)
+    if baseline is None or not isinstance(test, (ClassificationBMA, RegressionBMA)):
+        return {}
+    metric, trivial = baseline
+    if isinstance(test, ClassificationBMA):
         accuracy = values.get("accuracy", 0.0)
-        if accuracy <= majority + 0.01:
+        if accuracy <= trivial + 0.01:
             return {"majority": (
                 f"accuracy {accuracy:.3f} is no better than always predicting the most "
-                f"frequent class ({majority:.3f}): the run learned nothing usable. Fix: a "
+                f"frequent class ({trivial:.3f}): the run learned nothing usable. Fix: a "
                 "smaller or larger lr (see `bdlkit fit --method M --help`), more steps, or "
                 "check the labels")}
-    if isinstance(test, RegressionBMA) and len(y) and len(ds.y_train):
-        model = float(((test.mean - y) ** 2).mean().sqrt())
-        constant = float(((ds.y_train.mean(0) - y) ** 2).mean().sqrt())
-        if model >= constant:
-            return {"majority": (
-                f"RMSE {model:.4g} (standardised) is no better than predicting the training "
-                f"mean ({constant:.4g}). Fix: another lr, more steps, or check the inputs")}
+    elif (model := _scale(ds) * float(((test.mean - ds.y_test) ** 2).mean().sqrt())) >= trivial:
+        return {"majority": (
+            f"RMSE {model:.4g} is no better than predicting the "
+            f"training mean ({trivial:.4g}). Fix: another lr, more steps, or check the inputs")}
     return {}
 
 

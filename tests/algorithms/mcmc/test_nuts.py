@@ -147,3 +147,21 @@ def test_default_warmup_is_half_the_run_at_most_200():
     assert alg.warmup_steps == 200
     assert alg.for_run(30).warmup == 15
     assert alg.for_run(1000).warmup == 200
+
+
+def test_a_large_network_warns_before_the_run_that_nuts_is_costly():
+    import warnings
+
+    from torch import nn
+
+    from bdlkit.core.errors import DefaultsWarning
+
+    net = nn.Linear(1000, 10)  # 10 010 parameters
+    big = bdlkit.BayesianModel(net, likelihood="categorical", prior=1.0, num_data=20_000)
+    with pytest.warns(DefaultsWarning, match="10010 parameters and 20000 training rows"):
+        nuts.build(big)
+    small = bdlkit.BayesianModel(nn.Linear(4, 2), likelihood="categorical", prior=1.0,
+                                 num_data=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DefaultsWarning)
+        nuts.build(small)

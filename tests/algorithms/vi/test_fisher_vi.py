@@ -115,10 +115,10 @@ def test_rejects_a_problem_without_a_differentiable_log_density():
 def test_building_it_on_a_network_warns_before_the_run_and_on_a_target_does_not():
     import warnings
 
-    from bdlkit.core.errors import VIWarning
+    from bdlkit.core.errors import DefaultsWarning
 
-    with pytest.warns(VIWarning, match="constant predictor"):
+    with pytest.warns(DefaultsWarning, match="constant predictor"):
         fisher_vi.build(tiny_mlp_problem()[0])
     with warnings.catch_warnings():
-        warnings.simplefilter("error", VIWarning)
+        warnings.simplefilter("error", DefaultsWarning)
         fisher_vi.build(diag_gaussian(torch.ones(2, dtype=F64))[0])

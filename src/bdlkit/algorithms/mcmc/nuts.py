@@ -32,6 +32,7 @@ Info: ``log_prob`` (summed over chains), ``accept_prob``, ``step_size``, ``tree_
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -41,6 +42,7 @@ from torch import Tensor
 from bdlkit.algorithms.mcmc.adaptation import default_adaptation
 from bdlkit.algorithms.options import builder
 from bdlkit.core import rng
+from bdlkit.core.errors import DefaultsWarning, caller_stacklevel
 from bdlkit.core.extras import require
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.tree import TensorTree, detach_clone, pytree_dataclass
@@ -57,6 +59,27 @@ class NUTSState:
     step: int
     step_size: Tensor  # float64, () or (chains,)
     inverse_mass: Tensor  # diagonal, (D,) or (chains, D)
+
+
+#: parameters × training rows above which NUTS on a network warns before the run: digits'
+#: MLP (7 510 × 1 257 ≈ 1e7) takes 25 s for 30 transitions on 2 cores, so 1e8 is minutes
+#: and MNIST-5000's MLP (4e8) about 20 minutes (``bdlkit bench defaults``).
+COSTLY = 1e8
+
+
+def warn_if_costly(problem: Problem, max_tree_depth: int) -> None:
+    """A :class:`~bdlkit.core.errors.DefaultsWarning` when NUTS on a network would need
+    full-batch gradients of more than :data:`COSTLY` parameter-rows each."""
+    num_params, rows = getattr(problem, "num_params", None), getattr(problem, "num_data", None)
+    if not (isinstance(num_params, int) and isinstance(rows, int)):  # a Target
+        return
+    work = num_params * rows
+    if work > COSTLY:
+        warnings.warn(
+            f"nuts on a network of {num_params} parameters and {rows} training rows: each "
+            f"transition takes up to 2^{max_tree_depth} full-batch gradients, about {work:.1e} parameter-rows each, so a run takes tens of minutes or more. "
+            "It is a reference for small problems: use `bdlkit reference nuts` on a subset, "
+            "or hmc / an SG-MCMC method here", DefaultsWarning, stacklevel=caller_stacklevel())
 
 
 @dataclass(frozen=True)
@@ -105,6 +128,7 @@ class NUTS(Sampler):
             raise ValueError(f"adapt_mass_matrix must be True or False, got "
                              f"{self.adapt_mass_matrix!r}")
         _pyro_nuts()
+        warn_if_costly(problem, self.max_tree_depth)
         object.__setattr__(self, "step_size", float(self.step_size))
         object.__setattr__(self, "target_accept", float(self.target_accept))
         object.__setattr__(self, "_cache", {})

@@ -29,9 +29,9 @@ Caveats:
 - **Networks.** On a network with minibatches the bias term wins: the minimiser of
   tr Cov[ŝ] is a flat function, and every network problem of the defaults study
   (``bdlkit bench defaults``: digits, MNIST subsets, a two-class set, CIFAR-10 with a CNN)
-  ends at a constant predictor, at or below the majority class, at every lr tried
+  ends near a constant predictor, at or near the majority class, at every lr tried
   (1e-3, 1e-2). Building it on a :class:`~bdlkit.BayesianModel` therefore warns
-  (:class:`~bdlkit.core.errors.VIWarning`) before the run: it is a baseline for Targets
+  (:class:`~bdlkit.core.errors.DefaultsWarning`) before the run: it is a baseline for Targets
   and full-batch runs.
 - The model must be traceable by ``torch.func`` twice (``BayesianModel(oracle="module")``
   is not used here: the functional ``log_posterior`` is).
@@ -55,7 +55,7 @@ from torch import Tensor
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.vi import common as vi
 from bdlkit.core import rng
-from bdlkit.core.errors import NonFiniteError, VIWarning, caller_stacklevel
+from bdlkit.core.errors import DefaultsWarning, NonFiniteError, caller_stacklevel
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule, resolve
 from bdlkit.core.tree import TensorTree, all_finite, device_of, index, tree_leaves, tree_map
@@ -87,8 +87,8 @@ def differentiable_log_density(problem: Problem) -> LogDensity:
 
 NETWORK_WARNING = (
     "fisher_vi on a network: with minibatch scores its loss also fits the gradient noise, "
-    "whose minimiser is a flat function, so it ends at a constant predictor (majority "
-    "class on every network problem of `bdlkit bench defaults`); use advi or score_vi, or "
+    "whose minimiser is a flat function, so it ends near a constant predictor (at or near "
+    "the majority class on the network problems of `bdlkit bench defaults`); use advi or score_vi, or "
     "full batches (--batch-size >= the training rows) if you need this baseline")
 
 
@@ -120,7 +120,7 @@ class FisherVI(vi.DiagGaussianVI):
         vi.setup(self)
         object.__setattr__(self, "_log_density", differentiable_log_density(self.problem))
         if not isinstance(self.problem, Target):
-            warnings.warn(NETWORK_WARNING, VIWarning, stacklevel=caller_stacklevel())
+            warnings.warn(NETWORK_WARNING, DefaultsWarning, stacklevel=caller_stacklevel())
 
     def init(
         self, params: TensorTree | DiagGaussianParams | None = None, *,

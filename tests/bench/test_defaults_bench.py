@@ -1,0 +1,56 @@
+"""The defaults study: every method's default beats the trivial predictor (or said before
+the run that it cannot), and the verdict logic itself."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bdlkit import algorithms
+from bdlkit.bench import defaults
+from bdlkit.core.errors import DefaultsWarning
+
+
+def test_the_quick_suite_beats_the_trivial_predictor_with_every_default(tmp_path: Path):
+    """digits and yacht at --epochs 30 with no option: each method beats the majority
+    class / mean predictor, or warned before the run (fisher_vi on a network)."""
+    rows = defaults.run(tmp_path, quick=True, echo=False)
+    methods = sorted(m for m in algorithms.METHODS if m not in defaults.QUICK_SKIP)
+    assert [(r["problem"], r["method"]) for r in rows] == [
+        (p, m) for p in defaults.QUICK_PROBLEMS for m in methods]
+    bad = [(r["problem"], r["method"], r["value"], r["baseline"]) for r in rows
+           if r["verdict"] == "fails"]
+    assert not bad
+    assert all(r["verdict"] == "beats" for r in rows if r["method"] != "fisher_vi")
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["counts"]["fails"] == 0 and len(saved["rows"]) == len(rows)
+    assert "bdlkit bench defaults --quick" in (tmp_path / "results.md").read_text()
+
+
+def test_a_failed_run_is_declared_only_after_a_defaults_warning():
+    values = {"accuracy": 0.5, "nll": 0.7, "health": {"majority": "..."}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("unrelated", UserWarning)
+    assert defaults.row("p", "m", values, ("accuracy", 0.5), caught, 1.0)["verdict"] == "fails"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("this default cannot serve it", DefaultsWarning)
+    row = defaults.row("p", "m", values, ("accuracy", 0.5), caught, 1.0)
+    assert row["verdict"] == "declared" and row["declared"] == ["this default cannot serve it"]
+    good = {**values, "health": {"rhat": "..."}}
+    assert defaults.row("p", "m", good, ("accuracy", 0.4), caught, 1.0)["verdict"] == "beats"
+
+
+@pytest.mark.parametrize("pixels", [None, 255])
+def test_the_two_class_file_is_imbalanced_like_the_users(tmp_path: Path, pixels):
+    path = defaults.write_two_class(tmp_path / "two.npz", pixels=pixels)
+    with np.load(path, allow_pickle=False) as f:
+        assert np.bincount(f["y_train"]).tolist() == [456, 168]
+        assert np.bincount(f["y_test"]).tolist() == [400, 150]
+        assert f["x_train"].shape == (624, 1, 28, 28)
+        assert f["x_train"].max() == (255 if pixels else pytest.approx(1.0))
