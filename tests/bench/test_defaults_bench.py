@@ -35,11 +35,11 @@ def test_a_failed_run_is_declared_only_after_a_defaults_warning():
     values = {"accuracy": 0.5, "nll": 0.7, "health": {"majority": "..."}}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warnings.warn("unrelated", UserWarning)
+        warnings.warn("unrelated", UserWarning, stacklevel=1)
     assert defaults.row("p", "m", values, ("accuracy", 0.5), caught, 1.0)["verdict"] == "fails"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warnings.warn("this default cannot serve it", DefaultsWarning)
+        warnings.warn("this default cannot serve it", DefaultsWarning, stacklevel=1)
     row = defaults.row("p", "m", values, ("accuracy", 0.5), caught, 1.0)
     assert row["verdict"] == "declared" and row["declared"] == ["this default cannot serve it"]
     good = {**values, "health": {"rhat": "..."}}
