@@ -62,6 +62,7 @@ def infer(
     start: str = "auto",
     log_every: int = 1,
     progress: bool = False,
+    callbacks: list[Any] | None = None,
     **hyper: Any,
 ) -> Result:
     """Fit ``method`` to ``problem`` and return a :class:`~bdlkit.engine.result.Result`.
@@ -87,6 +88,9 @@ def infer(
             on a Target without ``init``, else ``"init"``.
         log_every: record the step's info in ``Result.history`` every this many steps.
         progress: show a tqdm progress bar.
+        callbacks: called with each logged entry and the Result
+            (:mod:`bdlkit.engine.callbacks`); a Laplace-started VI run shows them the run
+            on z (its ``log_prob`` and Result before the mapping back to θ).
         **hyper: the method's hyperparameters (e.g. ``lr``).
     """
     module = get_method(method)
@@ -114,6 +118,7 @@ def infer(
         algorithm, data, steps=steps, epochs=epochs, seed=seed, batch_size=batch_size,
         burnin=burnin, thin=thin, max_samples=max_samples, init=init, chains=chains,
         log_every=log_every, progress=progress, warm_start=True if start_at else None,
+        callbacks=callbacks,
     )
     rows = runner.batches.num_rows
     if isinstance(problem, BayesianModel) and rows is not None and rows != problem.num_data:

@@ -1,6 +1,7 @@
 """Optional dependencies: import one, or fail with the extra that installs it.
 
-bdlkit's extras (``flows``: zuko, ``reference``: Pyro, ``diagnostics``: ArviZ, ...) are
+bdlkit's extras (``flows``: zuko, ``reference``: Pyro, ``diagnostics``: ArviZ, ``tensorboard``:
+TensorBoard for :class:`~bdlkit.engine.callbacks.TensorBoardLogger`, ...) are
 imported where they are used, so the core installs without them; :func:`require` gives
 every such import the same error, naming what needs the package and the ``pip`` line.
 """

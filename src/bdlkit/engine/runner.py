@@ -6,7 +6,7 @@ The loop, for ``t = start, ..., total - 1``::
     state, info = algorithm.step(state, batch)
     stop if info["log_prob"] is NaN/inf     # last good checkpoint stays on disk
     store.offer(t + 1, params(state))       # burn-in, thinning, cap: bdlkit.engine.collect
-    log / evaluate / checkpoint when due
+    log (log.jsonl, callbacks) / evaluate / checkpoint when due
     at the end of a VI run: warn if σ never moved or q is still moving (bdlkit.engine.vi_checks)
 
 With a ``run_dir`` the runner writes ``log.jsonl`` (one JSON line per logged step)
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from bdlkit.core.serialization import (
 from bdlkit.core.tree import TensorTree, max_abs
 from bdlkit.engine import vi_checks
 from bdlkit.engine.batches import Batches
+from bdlkit.engine.callbacks import Callback, Callbacks, LogEvent
 from bdlkit.engine.checkpoint import (
     Checkpoint,
     global_rng_state,
@@ -102,6 +103,8 @@ class Runner:
         warm_start: q₀ of a VI run is a Gaussian approximation, not a point with σ =
             ``init_std`` (default: whether ``init`` is a Gaussian λ); it skips the σ check
             of :mod:`bdlkit.engine.vi_checks`, which every VI run gets at the end.
+        callbacks: called with each logged entry and the Result, not saved in checkpoints
+            (:mod:`bdlkit.engine.callbacks`: the protocol, and how a failing one stops).
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class Runner:
         checkpoints_per_run: int | None = None,
         progress: bool = False,
         warm_start: bool | None = None,
+        callbacks: Sequence[Callback] | None = None,
     ) -> None:
         for name, value in (("log_every", log_every), ("eval_every", eval_every),
                             ("checkpoint_every", checkpoint_every)):
@@ -162,7 +166,7 @@ class Runner:
         self.init, self.chains = init, chains
         self.log_every, self.eval_fn, self.eval_every = log_every, eval_fn, eval_every
         self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
-        self.progress = progress
+        self.progress, self.callbacks = progress, Callbacks.of(callbacks)
         self.warm_start = (isinstance(init, (DiagGaussianParams, FullGaussianParams))
                            if warm_start is None else warm_start)
         self.last_checkpoint: Path | None = None
@@ -262,6 +266,7 @@ class Runner:
         if log is not None:
             truncate_log(log, start)
         method = self.algorithm.name
+        self.callbacks.start(start, total)
         bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
                    dynamic_ncols=True)
         clock = time.perf_counter()
@@ -281,10 +286,12 @@ class Runner:
                 if sampler and self.algorithm.keep(t):
                     self.store.offer(t, self.algorithm.params(state))
                 entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
+                failed = None
                 if entry is not None:
                     history.append(entry)
                     if log is not None:
                         append_log(log, entry)
+                    failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
                     bar.set_postfix(_postfix(entry), refresh=False)
                 bar.update(1)
                 now = time.perf_counter()
@@ -292,9 +299,13 @@ class Runner:
                     self.checkpoint_seconds is not None
                     and now - last_ckpt_time >= self.checkpoint_seconds
                 )
-                if self.run_dir is not None and (due or t == total or interrupted() is not None):
+                stop = interrupted() is not None or failed is not None
+                if self.run_dir is not None and (due or t == total or stop):
                     self._checkpoint(state, t, total, elapsed + now - clock)
                     last_ckpt_time = now
+                if failed is not None:  # the step is logged and checkpointed: now stop
+                    bar.close()
+                    raise Callbacks.log_error(failed, t, total, self.last_checkpoint, self.run_dir)
                 if interrupted() is not None and t < total:
                     bar.close()
                     raise Interrupted(t, self.last_checkpoint, interrupted())
@@ -315,7 +326,9 @@ class Runner:
             vi_checks.warn_if_unfinished(self.algorithm, state, warm_start=self.warm_start,
                                          snapshot=snapshot, snapshot_at=watch, total=total)
         store = self.store if sampler else None
-        return Result(self.problem, self.algorithm, state, store, history, run_config)
+        result = Result(self.problem, self.algorithm, state, store, history, run_config)
+        self.callbacks.end(result, total, self.last_checkpoint)
+        return result
 
     def fingerprint(self) -> dict[str, str]:
         """What must not change between a run and its resume, as text for the checkpoint:
