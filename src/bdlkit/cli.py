@@ -76,6 +76,9 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write each logged entry's "
+                   "scalars to TensorBoard event files in DIR, one folder per run (needs "
+                   "pip install 'bdlkit[tensorboard]'; allowed with --resume)")
     return p
 
 
@@ -220,8 +223,29 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     hyper = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
              if k.startswith(HYPER_PREFIX)}
     progress = not args.no_progress
-    with _progress_for_stream(sys.stderr):
-        return _fit(args, parser, given, hyper, progress)
+    with _progress_for_stream(sys.stderr), _fit_callbacks(args.tensorboard) as callbacks:
+        return _fit(args, parser, given, hyper, progress, callbacks)
+
+
+@contextlib.contextmanager
+def _fit_callbacks(tensorboard: str | None) -> Iterator[list[Any]]:
+    """The run's callbacks: a TensorBoardLogger for ``--tensorboard DIR`` (closed, so its
+    events are flushed, however the run ends). A failing callback is bad input here (an
+    unwritable DIR): one line naming it, the step and how to resume."""
+    from bdlkit.engine.callbacks import CallbackError, TensorBoardLogger
+
+    if tensorboard is None:
+        yield []
+        return
+    try:
+        logger = TensorBoardLogger(tensorboard)
+    except ImportError as err:
+        raise InputError(str(err)) from None
+    try:
+        with logger:
+            yield [logger]
+    except CallbackError as err:
+        raise InputError(f"--tensorboard {tensorboard}: {err}") from err
 
 
 # tqdm's default redraw interval (0.1 s) makes one line per step in a log file
@@ -250,7 +274,7 @@ def _progress_for_stream(stream: Any) -> Iterator[None]:
 
 
 def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[str, Any],
-         hyper: dict[str, Any], progress: bool) -> int:
+         hyper: dict[str, Any], progress: bool, callbacks: list[Any]) -> int:
     from bdlkit.runs import directory as run
 
     if args.resume:
@@ -259,7 +283,8 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
                              "method's step size (e.g. --lr after a NaN stop); pass no other "
                              "options (to change them, start a new run with --out)")
         step_size = next(iter(hyper.items()), None)
-        output = run.resume(args.resume, progress=progress, step_size=step_size)
+        output = run.resume(args.resume, progress=progress, step_size=step_size,
+                            callbacks=callbacks)
         return _print_metrics(output.metrics, Path(args.resume))
     values: dict[str, Any] = {}
     if args.config:
@@ -278,7 +303,8 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
     if args.out is None:
         parser.error("--out DIR is required (the run directory to write)")
     cfg = _run_config(values, _given_keys({**given, "hyper": hyper}), args.config)
-    output = run.fit(cfg, args.out, overwrite=args.overwrite, progress=progress)
+    output = run.fit(cfg, args.out, overwrite=args.overwrite, progress=progress,
+                     callbacks=callbacks)
     return _print_metrics(output.metrics, Path(args.out))
 
 

@@ -1,7 +1,8 @@
-"""Runner callbacks: what they see, how a failing one stops the run, and TensorBoard."""
+"""Runner callbacks: what they see, how a failing one stops the run, TensorBoard and the CLI."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import torch
 
 from bdlkit import infer
 from bdlkit.algorithms import get_method
+from bdlkit.cli import main
 from bdlkit.core.serialization import state_to_tensors
 from bdlkit.engine.callbacks import CallbackError, Hooks, LogEvent, TensorBoardLogger
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
@@ -204,3 +206,37 @@ def test_without_tensorboard_bdlkit_imports_and_the_logger_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert "TensorBoardLogger" in out and "pip install 'bdlkit[tensorboard]'" in out
+
+
+# ------------------------------------------------------------------ CLI
+QUICK = ["fit", "--method", "map", "--steps", "20", "--log-every", "5", "--no-progress"]
+
+
+def test_cli_fit_tensorboard_writes_the_logged_scalars_also_on_resume(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    run, tb = tmp_path / "run", tmp_path / "tb"
+    assert main([*QUICK, "--out", str(run), "--tensorboard", str(tb)]) == 0
+    assert _tensorboard_scalars(tb) == _log_scalars(_log(run))
+    assert "tensorboard" not in (run / "config.yaml").read_text()  # not a run option
+    assert main(["fit", "--resume", str(run), "--no-progress", "--tensorboard", str(tb)]) == 0
+
+
+def test_cli_tensorboard_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main([*QUICK, "--out", str(tmp_path / "r1"), "--tensorboard", str(blocker)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("bdlkit: error: --tensorboard") and "on_start" in err
+
+    real = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.split(".")[0] == "tensorboard":
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    assert main([*QUICK, "--out", str(tmp_path / "r2"), "--tensorboard", "tb"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'bdlkit[tensorboard]'" in err and "Traceback" not in err
+    assert not (tmp_path / "r2").exists()  # refused before the run

@@ -138,12 +138,14 @@ def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
     return point_metrics
 
 
-def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any = None):
+def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any = None,
+                 callbacks: list[Any] | None = None):
     """Data, problem, algorithm and Runner of ``cfg``, built the same way for a fresh run,
     a resume and ``evaluate``: the runner binds the run length, builds a sampler's store
     under ``run_dir/samples`` (written on its first draw) and checkpoints every 10 % of the
     run unless ``checkpoint_every`` says otherwise. ``ds``: the data set of ``cfg``, when
-    already loaded. Nothing is written here."""
+    already loaded; ``callbacks``: the runner's (not part of the run's configuration).
+    Nothing is written here."""
     ds = load_dataset(cfg) if ds is None else ds
     problem = build_problem(cfg, ds)
     algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
@@ -154,7 +156,7 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
         eval_fn=point_eval_fn(problem, ds) if cfg.eval_every else None,
         eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
         checkpoint_seconds=60.0 * cfg.checkpoint_minutes,
-        checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress,
+        checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress, callbacks=callbacks,
     )
     return runner, problem, ds, runner.total
 
@@ -238,11 +240,13 @@ class RunOutput:
 
 
 def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
-        progress: bool = False) -> RunOutput:
+        progress: bool = False, callbacks: list[Any] | None = None) -> RunOutput:
     """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics.
-    The folder is locked for the whole run (:mod:`bdlkit.core.lock`)."""
+    The folder is locked for the whole run (:mod:`bdlkit.core.lock`). ``callbacks``: the
+    runner's (:mod:`bdlkit.engine.callbacks`)."""
     check_out(out, overwrite)  # refuse before loading any data
-    runner, problem, ds, total = build_runner(cfg, Path(out), progress)  # validates first
+    runner, problem, ds, total = build_runner(cfg, Path(out), progress,  # validates first
+                                              callbacks=callbacks)
     check_out(out, overwrite)
     with run_lock(out, f"fitting {cfg.method}"):
         run_dir = prepare_out(out, overwrite)
@@ -253,18 +257,20 @@ def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
 
 
 def resume(run_dir: str | os.PathLike, *, progress: bool = False,
-           step_size: tuple[str, float] | None = None) -> RunOutput:
+           step_size: tuple[str, float] | None = None,
+           callbacks: list[Any] | None = None) -> RunOutput:
     """Continue the run in ``run_dir`` from its newest intact checkpoint; returns the
     metrics. ``step_size=(option, value)`` gives the method's step size option (``lr``,
     ``step_size`` or ``eps``: what the NaN stop names) a new value from here on, e.g. a
     smaller one after a NaN stop; ``config.yaml`` is rewritten with it and the change
-    recorded under ``changes`` (step, option, old and new value)."""
+    recorded under ``changes`` (step, option, old and new value). ``callbacks``: the
+    runner's, which need not be those of the interrupted run."""
     run_dir = Path(run_dir)
     read_config(run_dir)  # not a run directory: refused before anything is written
     with run_lock(run_dir, "resuming"):
         remove_stale_temps(run_dir)
         cfg = read_config(run_dir)
-        runner, problem, ds, total = build_runner(cfg, run_dir, progress)
+        runner, problem, ds, total = build_runner(cfg, run_dir, progress, callbacks=callbacks)
         if step_size is not None:
             path, ckpt = open_newest(run_dir / "checkpoints")
             runner.check_checkpoint(ckpt.meta, path, changes_of(cfg))
@@ -275,7 +281,7 @@ def resume(run_dir: str | os.PathLike, *, progress: bool = False,
                                  "there is nothing to continue with a new step size; start "
                                  "a new run with --out")
             save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
-            runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds)
+            runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds, callbacks)
         result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
         return _finish(result, cfg, ds, run_dir)
 
