@@ -6,8 +6,12 @@ diagnostics with ESS per second (the only wall-time-dependent number, so it live
 and not in ``metrics.json``); the per-layer σ quantiles of a diagonal-Gaussian VI run
 (``Result.sigma_summary``); the run summary; the resolved configuration; plots
 (reliability diagram, training curves, per-layer R̂, function-space traces, ESS per
-layer, and for a forecaster the forecast with its 50/90 % bands). Plots need matplotlib
-(the ``plots`` extra); without it they are skipped and the report says so.
+layer, for a forecaster the forecast with its 50/90 % bands, and the evaluation plots of
+:mod:`bdlkit.runs.evaluation_figures`: regression intervals and coverage, OOD entropy and
+ROC, accuracy/ECE against corruption severity). Plots need matplotlib (the ``plots``
+extra); without it they are skipped and the report says so. A plot of ``PLOTS`` that this
+evaluation did not draw (e.g. ``ood.png`` of an earlier ``--ood`` evaluation) is removed,
+so the folder never shows numbers the report does not.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from bdlkit.core.serialization import atomic_write_bytes
 from bdlkit.diagnostics import ess_per_second
 from bdlkit.engine.result import Result
 from bdlkit.evaluation import SEVERITIES, Evaluation
-from bdlkit.evaluation.predictive import ClassificationBMA
+from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
 from bdlkit.metrics.forecasting import GaussianMixture
+from bdlkit.runs import evaluation_figures
 from bdlkit.runs import figures as report
 from bdlkit.runs.forecast_figure import forecast_plot
 
@@ -28,12 +33,14 @@ SIGMA_NOTE = ("Quantiles of the posterior standard deviations σ of q, per param
               "and over all coordinates. σ still near the method's `init_std` means the "
               "approximation is close to a point estimate.\n")
 PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", "trace.png",
-         "forecast.png")
+         "forecast.png", "intervals.png", "ood.png", "corruptions.png")
 
 
 def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
     """Write the plots and ``report.md``; return the plot file names."""
     plots = _plots(run_dir, cfg, result, ev, ds)
+    for stale in set(PLOTS) - set(plots):
+        (run_dir / stale).unlink(missing_ok=True)
     values = ev.metrics
     scalars = [{"metric": k, "value": v} for k, v in values.items()
                if not isinstance(v, dict)]
@@ -76,14 +83,16 @@ def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> l
 
 def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
     made: list[str | None] = []
+    title = f"{cfg.method} on {cfg.data}"
     if isinstance(ev.test, ClassificationBMA):
-        made.append(_name(report.reliability_diagram(
-            ev.test.probs, ds.y_test, run_dir / "reliability.png",
-            title=f"{cfg.method} on {cfg.data}")))
+        made.append(_name(report.reliability_diagram(  # ev covers the first max_test rows
+            ev.test.probs, ds.y_test[:len(ev.test.probs)], run_dir / "reliability.png",
+            title=title)))
+    made += _evaluation_plots(run_dir, title, result, ev, ds)
     if isinstance(ev.test, GaussianMixture):
         made.append(_name(forecast_plot(
             ds.x_test, ds.y_test, ev.test, run_dir / "forecast.png",
-            columns=(ds.meta or {}).get("columns"), title=f"{cfg.method} on {cfg.data}")))
+            columns=(ds.meta or {}).get("columns"), title=title)))
     keys = ["log_prob"] + sorted({k for e in result.history for k in e if k.startswith("eval/")})
     made.append(_name(report.history_plot(result.history, run_dir / "history.png", keys)))
     diag = ev.diagnostics or {}
@@ -96,6 +105,23 @@ def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> 
         made.append(_name(report.trace_plot(diag["_probe_trace"], run_dir / "trace.png",
                                             names=diag.get("_probe_names"))))
     return [m for m in made if m]
+
+
+def _evaluation_plots(run_dir: Path, title: str, result: Result, ev: Evaluation,
+                      ds: Any) -> list[str | None]:
+    """``intervals.png``, ``ood.png`` and ``corruptions.png`` where they apply."""
+    made = []
+    if isinstance(ev.test, RegressionBMA):
+        made.append(_name(evaluation_figures.regression_intervals_figure(
+            result, ev, ds, run_dir / "intervals.png", title=title)))
+    if isinstance(ev.test, ClassificationBMA) and ev.ood is not None:
+        made.append(_name(evaluation_figures.ood_plot(
+            ev.test.entropy, ev.ood.entropy, run_dir / "ood.png",
+            ood_name=str(ev.metrics.get("ood_data", "OOD")), title=title)))
+    if "corruptions" in ev.metrics:
+        made.append(_name(evaluation_figures.corruption_plot(
+            ev.metrics, run_dir / "corruptions.png", title=title)))
+    return made
 
 
 def _health(found: dict[str, str]) -> str:
