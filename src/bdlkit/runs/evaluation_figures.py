@@ -19,7 +19,6 @@ PNG's path, or ``None`` without matplotlib.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from bdlkit.core.plotting import new_figure, save_png
 from bdlkit.evaluation.draw_predictions import bma_with_samples
 from bdlkit.metrics.forecasting import GaussianMixture
 from bdlkit.metrics.ood import auroc_aupr
-from bdlkit.metrics.regression import coverage_from_cdf
+from bdlkit.metrics.regression import coverage_from_cdf, rmse
 
 __all__ = [
     "corruption_plot",
@@ -74,9 +73,9 @@ def plotted_points(mean: Tensor, count: int = 300) -> Tensor:
     return order[torch.linspace(0, len(order) - 1, count).round().long()]
 
 
-def _first_output(t: Tensor, lead: int = 1) -> Tensor:
-    """``t[..., 0]`` over the flattened element dims after the first ``lead`` dims."""
-    return t.reshape(*t.shape[:lead], -1)[..., 0].double().cpu()
+def _first_output(t: Tensor) -> Tensor:
+    """The first output of each row of ``t`` ``(n, ...)``, as float64 on the CPU."""
+    return t.reshape(len(t), -1)[:, 0].double().cpu()
 
 
 def _label(ax: Any, xlabel: str, ylabel: str, title: str, legend: str | None = None) -> None:
@@ -119,8 +118,7 @@ def intervals_plot(y: Tensor, mean: Tensor, cdf: Tensor, mixture: GaussianMixtur
     def to_units(t: Tensor) -> Tensor:  # affine and increasing: quantiles map to quantiles
         return shift + scale * t
 
-    rmse = scale * math.sqrt(float(((mean.double() - y.double().reshape(mean.shape)) ** 2)
-                                   .mean()))
+    error = scale * rmse(mean, y)  # in target units, as metrics["rmse"]
     covered = coverage_curve(cdf)
     multi = mean[0].numel() > 1
     truth = to_units(_first_output(y)[points])
@@ -134,7 +132,7 @@ def intervals_plot(y: Tensor, mean: Tensor, cdf: Tensor, mixture: GaussianMixtur
     left.plot(truth, predicted, ".", color="black", ms=3, label="predictive mean")
     span = [min(float(truth.min()), float(predicted.min())),
             max(float(truth.max()), float(predicted.max()))]
-    left.plot(span, span, "k--", lw=1, label="y = prediction")
+    left.plot(span, span, "k--", lw=1, label="perfect prediction")
     output = " (output 0)" if multi else ""
     _label(left, f"true target{output}", f"predicted target{output}",
            f"{len(points)} of {len(y)} test points", "upper left")
@@ -144,7 +142,7 @@ def intervals_plot(y: Tensor, mean: Tensor, cdf: Tensor, mixture: GaussianMixtur
     right.set_ylim(0, 1)
     _label(right, "nominal level of the central interval", "empirical coverage",
            "coverage calibration", "upper left")
-    return _finish(fig, title, f"N test = {len(y)}, RMSE = {rmse:.4g}, 90 % coverage = "
+    return _finish(fig, title, f"N test = {len(y)}, RMSE = {error:.4g}, 90 % coverage = "
                    f"{covered[COVERAGE_LEVELS.index(0.9)]:.3f}", path)
 
 
