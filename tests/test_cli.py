@@ -445,7 +445,7 @@ def test_evaluate_ood_on_mnist(tmp_path, capsys):
     values = json.loads((out / "metrics.json").read_text())
     assert 0.0 <= values["ood_auroc"] <= 1.0
     assert values["ood_data"] == "notmnist"
-    assert "ood_auroc" in capsys.readouterr().out
+    assert "AUROC" in capsys.readouterr().out  # the summary table
     assert "ood_auroc" in (out / "report.md").read_text()
 
 

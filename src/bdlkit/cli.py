@@ -15,6 +15,7 @@ Examples::
     bdlkit evaluate runs/sgld
     bdlkit reference hmc --model mlp --data digits --out refs/digits
     bdlkit evaluate runs/sgld --reference refs/digits
+    bdlkit evaluate runs/mnist --ood notmnist --corruptions --num-draws 20 --max-test 2000
     bdlkit bench digits --quick --out benchmarks/results/digits
     bdlkit demo
 """
@@ -241,6 +242,8 @@ def _fit_callbacks(tensorboard: str | None) -> Iterator[list[Any]]:
         logger = TensorBoardLogger(tensorboard)
     except ImportError as err:
         raise InputError(str(err)) from None
+    except ValueError as err:
+        raise InputError(f"--tensorboard {tensorboard}: {err}") from None
     try:
         with logger:
             yield [logger]
@@ -324,21 +327,32 @@ def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentPa
 
 
 def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
+    """The run's compact summary (:func:`bdlkit.cli_console.summary_lines`) on stdout."""
+    from bdlkit.cli_console import summary_lines
+
     print(f"run directory: {run_dir}")
-    for key, value in values.items():
-        if isinstance(value, dict):  # corruptions, diagnostics: see report.md
-            continue
-        text = f"{value:.4f}" if isinstance(value, float) else str(value)
-        print(f"  {key:<18} {text}")
-    print(f"report: {run_dir / 'report.md'}")
+    for line in summary_lines(values):
+        print(line)
+    print(f"all metrics: {run_dir / 'metrics.json'}; report: {run_dir / 'report.md'}")
     return 0
 
 
+def _positive(value: int | None, flag: str) -> int | None:
+    if value is not None and value < 1:
+        raise InputError(f"{flag} must be an integer >= 1, got {value}; omit it to use all")
+    return value
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from bdlkit.cli_console import EvaluationBar
     from bdlkit.runs import directory as run
 
-    values = run.reevaluate(args.run_dir, ood=args.ood, reference=args.reference,
-                          corruptions=args.corruptions)
+    num_draws = _positive(args.num_draws, "--num-draws")
+    max_test = _positive(args.max_test, "--max-test")
+    with EvaluationBar(sys.stderr, bar=not args.no_progress) as progress:
+        values = run.reevaluate(args.run_dir, ood=args.ood, reference=args.reference,
+                                corruptions=args.corruptions, num_draws=num_draws,
+                                max_test=max_test, progress=progress)
     return _print_metrics(values, Path(args.run_dir))
 
 
@@ -395,7 +409,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     ref = _reference_parser(sub)
     p = sub.add_parser("evaluate", help="recompute metrics.json and report.md of a run",
                        epilog="examples:\n  bdlkit evaluate runs/sgld\n  bdlkit evaluate "
-                       "runs/mnist --ood notmnist --corruptions\n  bdlkit evaluate runs/c10 "
+                       "runs/mnist --ood notmnist --corruptions\n  bdlkit evaluate runs/mnist "
+                       "--corruptions --num-draws 20 --max-test 2000   (quicker, on fewer "
+                       "draws and test rows)\n  bdlkit evaluate runs/c10 "
                        "--reference hmc_probs.npy", formatter_class=_FORMATTER)
     p.add_argument("run_dir", metavar="DIR", help="a run directory written by bdlkit fit")
     p.add_argument("--ood", metavar="DATA",
@@ -406,6 +422,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
                         "agreement and total variation")
     p.add_argument("--corruptions", action="store_true",
                    help="accuracy/NLL/ECE under 6 image corruptions x 5 severities")
+    p.add_argument("--num-draws", type=int, metavar="N",
+                   help="average over N draws: N evenly spaced kept draws of a sampler "
+                        "(ending at the last), N draws of a VI approximation, the first N "
+                        "members of an ensemble (all if fewer); default: every kept draw, "
+                        "the run's --eval-samples VI draws (recorded as num_draws)")
+    p.add_argument("--max-test", type=int, metavar="M",
+                   help="evaluate on the first M test rows only (and the first M of the "
+                        "--ood data; not stratified); recorded as num_test")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar (the estimate line stays)")
     p = sub.add_parser("bench", help="run a benchmark suite side by side",
                        epilog="examples:\n  bdlkit bench digits --quick --out "
                        "benchmarks/results/digits\n\nsuites: " + ", ".join(bench.SUITES),

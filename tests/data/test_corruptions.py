@@ -126,6 +126,31 @@ def test_blur_matches_scipy():
     np.testing.assert_allclose(corrupt(x, "gaussian_blur", 5), ref, atol=1e-12)
 
 
+def _blur_by_shifted_copies(x: np.ndarray, sigma: float) -> np.ndarray:
+    """The earlier blur: a weighted sum of edge-padded shifted copies, last axis then the
+    one before (kept as the reference of the matrix form)."""
+    kernel = gaussian_kernel(sigma)
+
+    def along_last(a):
+        radius, length = len(kernel) // 2, a.shape[-1]
+        padded = np.pad(a, [(0, 0)] * (a.ndim - 1) + [(radius, radius)], mode="edge")
+        return sum(w * padded[..., j : j + length] for j, w in enumerate(kernel))
+
+    return along_last(along_last(x).swapaxes(-1, -2)).swapaxes(-1, -2)
+
+
+@pytest.mark.parametrize("table", ["mnist", "cifar10"])
+@pytest.mark.parametrize("shape", [(5, 1, 28, 28), (3, 3, 32, 32), (4, 1, 8, 8), (2, 1, 9, 5)])
+def test_blur_equals_the_shifted_copy_sum(table, shape):
+    x = _images(shape, seed=3, dtype=np.float64)
+    reference = 32 if table == "cifar10" else 28
+    for s in range(1, 6):  # sigma 6 on 8x8 digits: a kernel wider than the image
+        sigma = SEVERITIES[table]["gaussian_blur"][s - 1] * min(shape[-2:]) / reference
+        ref = np.clip(_blur_by_shifted_copies(x, sigma), 0, 1)
+        np.testing.assert_allclose(corrupt(x, "gaussian_blur", s, table=table), ref,
+                                   atol=1e-12)
+
+
 def test_bad_arguments():
     x = _images((1, 3, 8, 8))
     for bad in (0, 6, 2.0, True):

@@ -148,3 +148,29 @@ def test_evaluation_holds_the_ood_bma(digits_run):
     ev = evaluate(result, ds, ood=data.load("digits", root=cfg.data_root), diagnostics=False)
     assert ev.ood is not None and ev.ood.log_probs.shape == ev.test.log_probs.shape
     assert ev.ood.num_samples == ev.metrics["num_draws"]
+
+
+def test_reduced_evaluation_prints_estimate_bar_and_summary(run, capsys):
+    argv = ["evaluate", str(run), "--ood", "digits", "--corruptions", "--num-draws", "5",
+            "--max-test", "100"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    estimate = captured.err.splitlines()[0]
+    assert estimate.startswith("evaluate: 4 prediction passes: test 5 draws × 100 rows")
+    assert "corruptions 5 draws × 30 cells × 100 rows" in estimate
+    assert "probe 30 draws" in estimate  # diagnostics: the whole chain
+    assert "evaluate: 100%" in captured.err  # the bar reached its total
+    out = captured.out
+    assert "accuracy" in out and "(100 test rows, 5 draws)" in out
+    assert "AUROC 0.5000" in out and "base rate 0.5000" in out
+    assert "severity" in out and "mean over 6 corruptions" in out
+    assert "run health:" in out and "  ! ood_aupr:" in out
+    values = json.loads((run / "metrics.json").read_text())
+    assert values["num_draws"] == 5 and values["num_test"] == 100
+    assert values["diagnostics"]["chain_draws"] == 30
+
+
+def test_no_progress_keeps_the_estimate_line_only(run, capsys):
+    assert main(["evaluate", str(run), "--no-progress", "--max-test", "50"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("evaluate: 2 prediction passes") and "%|" not in err

@@ -9,7 +9,14 @@ Every algorithm says how its draws are produced (``algorithm.draws(state, kept)`
 - :class:`PointDraws`: an optimiser's single point, repeated.
 
 Each answers ``count`` (draws held), ``take(n, generator)`` (``n`` draws stacked along
-dim 0) and ``stream(num_samples, generator, chunk)`` (single draws for the BMA).
+dim 0), ``stream(num_samples, generator, chunk, max_draws)`` (single draws for the BMA) and
+``stream_count(num_samples, max_draws)`` (how many draws that stream yields, known before any
+is read: what an evaluation's progress bar and estimate count).
+
+``max_draws`` (``None``: no cap) caps the draws of every source, so a long sampler run can be
+evaluated on fewer draws: a sampler's kept draws are thinned to ``max_draws`` evenly spaced
+ones (the last draw always among them, :func:`evenly_spaced`), an ensemble gives its first
+``max_draws`` members and a VI approximation ``min(num_samples, max_draws)`` draws.
 """
 
 from __future__ import annotations
@@ -26,6 +33,26 @@ from bdlkit.core.tree import TensorTree, index, num_draws, tree_map
 
 def _singles(draws: TensorTree) -> Iterator[TensorTree]:
     return (index(draws, s) for s in range(num_draws(draws)))
+
+
+def _capped(count: int, max_draws: int | None) -> int:
+    if max_draws is not None and max_draws < 1:
+        raise ValueError(f"max_draws must be >= 1 (or None for all draws), got {max_draws}")
+    return count if max_draws is None else min(count, max_draws)
+
+
+def evenly_spaced(count: int, n: int) -> list[int]:
+    """``n`` of the indices ``0..count-1``, evenly spaced, ascending, ending at ``count - 1``
+    (the chain's last draw): every ``count / n``-th draw counted back from the end, so
+    ``n = count`` is every draw and ``n = count / k`` is a thinning by ``k``.
+
+    Args:
+        count: how many draws there are.
+        n: how many to pick, ``1 <= n <= count``.
+    """
+    if not 1 <= n <= count:
+        raise ValueError(f"cannot pick {n} of {count} draws")
+    return sorted(count - 1 - (i * count) // n for i in range(n))
 
 
 @dataclass(frozen=True)
@@ -80,15 +107,26 @@ class KeptDraws:
             raise ValueError("no samples were kept: increase steps or lower burnin/thin")
         return stacked
 
+    def stream_count(self, num_samples: int, max_draws: int | None = None) -> int:
+        return _capped(self.count, max_draws)
+
     def stream(self, num_samples: int, generator: torch.Generator,
-               chunk: int = 16) -> Iterator[TensorTree]:
-        """Every kept draw (a disk store shard by shard); ``num_samples`` is not used."""
+               chunk: int = 16, max_draws: int | None = None) -> Iterator[TensorTree]:
+        """Every kept draw (a disk store shard by shard), or ``max_draws`` evenly spaced
+        ones (:func:`evenly_spaced`); ``num_samples`` is not used."""
+        n = self.stream_count(num_samples, max_draws)
         if self.store is None:
             self.require()
-            return _singles(self.take(self.count))
+            everything = self.take(self.count)
+            return _singles(everything if n == self.count
+                            else index(everything, torch.tensor(evenly_spaced(self.count, n))))
         if not len(self.store):
             self.require()
-        return (d for draws in self.store.iter_chunks() for d in _singles(draws))
+        draws = (d for shard in self.store.iter_chunks() for d in _singles(shard))
+        if n == self.count:
+            return draws
+        picked = set(evenly_spaced(self.count, n))
+        return (d for i, d in enumerate(draws) if i in picked)
 
 
 @dataclass(frozen=True)
@@ -101,12 +139,17 @@ class ApproximationDraws:
     def take(self, n: int, generator: torch.Generator) -> TensorTree:
         return self.approximation.sample(n, generator)
 
+    def stream_count(self, num_samples: int, max_draws: int | None = None) -> int:
+        return _capped(num_samples, max_draws)
+
     def stream(self, num_samples: int, generator: torch.Generator,
-               chunk: int = 16) -> Iterator[TensorTree]:
-        """``num_samples`` draws, made ``chunk`` at a time."""
+               chunk: int = 16, max_draws: int | None = None) -> Iterator[TensorTree]:
+        """``min(num_samples, max_draws)`` draws, made ``chunk`` at a time."""
+        total = self.stream_count(num_samples, max_draws)
+
         def gen() -> Iterator[TensorTree]:
-            for start in range(0, num_samples, chunk):
-                yield from _singles(self.take(min(chunk, num_samples - start), generator))
+            for start in range(0, total, chunk):
+                yield from _singles(self.take(min(chunk, total - start), generator))
 
         return gen()
 
@@ -127,10 +170,14 @@ class MemberDraws:
                              "members; train more (members=)")
         return index(self.members, slice(0, n))
 
+    def stream_count(self, num_samples: int, max_draws: int | None = None) -> int:
+        return _capped(self.count, max_draws)
+
     def stream(self, num_samples: int, generator: torch.Generator,
-               chunk: int = 16) -> Iterator[TensorTree]:
-        """Every member; ``num_samples`` is not used."""
-        return _singles(self.members)
+               chunk: int = 16, max_draws: int | None = None) -> Iterator[TensorTree]:
+        """Every member, or the first ``max_draws``; ``num_samples`` is not used."""
+        n = self.stream_count(num_samples, max_draws)
+        return _singles(self.members if n == self.count else self.take(n))
 
 
 @dataclass(frozen=True)
@@ -146,9 +193,13 @@ class PointDraws:
             return point.repeat((n + len(point) - 1) // len(point), 1)[:n]
         return tree_map(lambda t: t.unsqueeze(0).expand(n, *t.shape), point)
 
+    def stream_count(self, num_samples: int, max_draws: int | None = None) -> int:
+        return _capped(1, max_draws)
+
     def stream(self, num_samples: int, generator: torch.Generator,
-               chunk: int = 16) -> Iterator[TensorTree]:
+               chunk: int = 16, max_draws: int | None = None) -> Iterator[TensorTree]:
         """The point, once."""
+        self.stream_count(num_samples, max_draws)  # checks max_draws
         return iter([self.point])
 
 
@@ -162,8 +213,11 @@ class NoDraws:
     def take(self, n: int, generator: torch.Generator | None = None) -> TensorTree:
         raise ValueError(self.reason)
 
+    def stream_count(self, num_samples: int, max_draws: int | None = None) -> int:
+        raise ValueError(self.reason)
+
     def stream(self, num_samples: int, generator: torch.Generator,
-               chunk: int = 16) -> Iterator[TensorTree]:
+               chunk: int = 16, max_draws: int | None = None) -> Iterator[TensorTree]:
         raise ValueError(self.reason)
 
 

@@ -16,7 +16,7 @@ write JSON and safetensors only (no pickle), atomically.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +153,24 @@ class Result:
 
     # ------------------------------------------------------------------ prediction
     def iter_draws(self, num_samples: int = 32, chunk: int = 16,
-                   generator: torch.Generator | int | None = None) -> Iterator[TensorTree]:
+                   generator: torch.Generator | int | None = None,
+                   max_draws: int | None = None) -> Iterator[TensorTree]:
         """Single parameter draws to average over, streamed: a sampler's kept draws (a disk
         store shard by shard), ``num_samples`` draws of a VI approximation (``chunk`` at a
         time, seeded by the run's seed unless ``generator`` is given), every member of an
-        ensemble, or an optimiser's point."""
-        return self.draws.stream(num_samples, self._generator(generator), chunk)
+        ensemble, or an optimiser's point.
+
+        Args:
+            max_draws: at most this many draws (``None``: all): a sampler's kept draws thinned
+                to ``max_draws`` evenly spaced ones ending at the last, an ensemble's first
+                ``max_draws`` members, ``min(num_samples, max_draws)`` VI draws
+                (:mod:`bdlkit.core.draws`).
+        """
+        return self.draws.stream(num_samples, self._generator(generator), chunk, max_draws)
+
+    def num_streamed(self, num_samples: int = 32, max_draws: int | None = None) -> int:
+        """How many draws :meth:`iter_draws` yields with these arguments (none is read)."""
+        return self.draws.stream_count(num_samples, max_draws)
 
     def _check_model(self, num_samples: int) -> None:
         if self.problem is None:
@@ -170,12 +182,21 @@ class Result:
 
     @torch.no_grad()
     def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
-                   chunk_size: int = 1024) -> ClassificationBMA | RegressionBMA:
+                   chunk_size: int = 1024, max_draws: int | None = None,
+                   progress: Callable[[int], None] | None = None,
+                   ) -> ClassificationBMA | RegressionBMA:
         """The streaming BMA at ``x`` with its extras (:mod:`bdlkit.evaluation.predictive`): log
         probabilities, entropies and, with ``y``, per-draw metrics; or the Gaussian
-        mixture's moments and its log density at ``y``."""
+        mixture's moments and its log density at ``y``.
+
+        Args:
+            max_draws: average over at most this many draws (see :meth:`iter_draws`).
+            progress: called with ``len(x)`` after each draw's predictions (a progress bar's
+                ``update``).
+        """
         self._check_model(num_samples)
-        return bma(self.problem, self.iter_draws(num_samples), x, y, chunk_size)
+        return bma(self.problem, self.iter_draws(num_samples, max_draws=max_draws), x, y,
+                   chunk_size, progress=progress)
 
     def predict(self, x: Tensor, num_samples: int = 32, chunk_size: int = 1024,
                 return_samples: bool = False) -> Any:

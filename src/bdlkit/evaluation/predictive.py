@@ -22,7 +22,7 @@ never held.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,28 +82,63 @@ def bma(
     x: Tensor,
     y: Tensor | None = None,
     chunk_size: int = 1024,
+    progress: Callable[[int], None] | None = None,
 ) -> ClassificationBMA | RegressionBMA:
     """Average the predictive of ``problem`` over ``draws`` (single parameter draws) at ``x``.
 
     ``y`` (optional) adds per-draw accuracy/NLL (classification) or the mixture log
-    density (regression). Inputs are processed ``chunk_size`` rows at a time.
+    density (regression). Inputs are processed ``chunk_size`` rows at a time; ``progress``
+    (optional) is called with ``len(x)`` after each draw.
+    """
+    return bma_over_inputs(problem, draws, [x], [y], chunk_size, progress)[0]
+
+
+@torch.no_grad()
+def bma_over_inputs(
+    problem: Problem,
+    draws: Iterable[Any],
+    inputs: Sequence[Tensor],
+    labels: Sequence[Tensor | None] | None = None,
+    chunk_size: int = 1024,
+    progress: Callable[[int], None] | None = None,
+) -> list[ClassificationBMA | RegressionBMA]:
+    """One BMA per input set in one pass over ``draws``: each draw is read (and moved to the
+    inputs' device) once and predicts every set, ``chunk_size`` rows at a time. Each result
+    equals :func:`bma` of its set alone, bit for bit (same chunks, same accumulation order);
+    what a batch of corrupted copies of a test split needs (:mod:`bdlkit.evaluation.shift`).
+
+    Args:
+        inputs: the input sets, on one device.
+        labels: per set, its labels or targets or ``None`` (default: none for any set).
+        progress: called after each draw with the rows it predicted (all sets together).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if y is not None and len(y) != len(x):
-        raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
-    chunks = [slice(i, i + chunk_size) for i in range(0, len(x), chunk_size)]
+    labels = [None] * len(inputs) if labels is None else list(labels)
+    if not inputs or len(labels) != len(inputs):
+        raise ValueError(f"need one or more input sets and one label entry per set, got "
+                         f"{len(inputs)} sets and {len(labels)} label entries")
+    for x, y in zip(inputs, labels, strict=True):
+        if y is not None and len(y) != len(x):
+            raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
     classification = getattr(getattr(problem, "likelihood", None), "task", "") == "classification"
-    acc = _ClassAccumulator(y) if classification else _GaussianAccumulator(y)
+    accumulators = [_ClassAccumulator(y) if classification else _GaussianAccumulator(y)
+                    for y in labels]
+    rows = sum(len(x) for x in inputs)
+    device = inputs[0].device
     for theta in draws:
-        theta = tree_map(lambda t: t.to(x.device), theta)  # stores keep draws on the CPU
-        if classification:
-            acc.add([problem.log_predictive(theta, x[c]) for c in chunks])
-        else:
-            acc.add(cat_predictives([problem.predictive(theta, x[c]) for c in chunks]))
-    if acc.count == 0:
+        theta = tree_map(lambda t: t.to(device), theta)  # stores keep draws on the CPU
+        for x, acc in zip(inputs, accumulators, strict=True):
+            chunks = [x[i:i + chunk_size] for i in range(0, len(x), chunk_size)]
+            if classification:
+                acc.add([problem.log_predictive(theta, c) for c in chunks])
+            else:
+                acc.add(cat_predictives([problem.predictive(theta, c) for c in chunks]))
+        if progress is not None:
+            progress(rows)
+    if accumulators[0].count == 0:
         raise ValueError("no draws to average over (no samples kept?)")
-    return acc.result()
+    return [acc.result() for acc in accumulators]
 
 
 class _ClassAccumulator:

@@ -17,6 +17,7 @@ directly (``rhat_vehtari21``, ``rhat_tfp_bg98``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,13 +33,18 @@ TRACE_POINTS = 4
 
 
 @torch.no_grad()
-def sampler_diagnostics(result: Result, x_probe: Tensor) -> dict[str, Any]:
+def sampler_diagnostics(result: Result, x_probe: Tensor,
+                        progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """Weight-space and function-space diagnostics of a sampler ``result`` (one chain).
 
     Draws are read one parameter tensor at a time (a disk store streams its shards), so
     memory holds one layer's draws plus one R̂ and one ESS value per coordinate. The
     likelihood's own parameters (``likelihood.*``) are left out of the weights. Keys
     starting with ``_`` hold values for plots only.
+
+    Args:
+        x_probe: the inputs of the function-space probe; every kept draw predicts them.
+        progress: called with ``len(x_probe)`` after each draw's probe predictions.
     """
     keys = [k for k in _parameter_names(result) if not k.startswith("likelihood.")]
     if not keys:
@@ -65,7 +71,7 @@ def sampler_diagnostics(result: Result, x_probe: Tensor) -> dict[str, Any]:
         "weights_rhat_frac_below_1.2": summary["frac_below_1.2"],
         "layers": layers,
     }
-    probs = draw_predictions(result, x_probe)  # (S, n_probe, K) or (S, n_probe)
+    probs = draw_predictions(result, x_probe, progress=progress)  # (S, n_probe, K) or (S, n_probe)
     flat = probs.reshape(count, -1)
     f_rhat = summarize(rhat_split_sommer(flat[None])[0])
     out.update({
@@ -96,9 +102,11 @@ def _draws_of(result: Result, key: str) -> Tensor:
     return result.samples[key]
 
 
-def draw_predictions(result: Result, x: Tensor, chunk_size: int = 2048) -> Tensor:
+def draw_predictions(result: Result, x: Tensor, chunk_size: int = 2048,
+                     progress: Callable[[int], Any] | None = None) -> Tensor:
     """Each kept draw's prediction at ``x`` (class probabilities, or a Gaussian's mean),
-    stacked in float64: ``(draws, n, K)`` or ``(draws, n)``; ``x`` in chunks of ``chunk_size``."""
+    stacked in float64: ``(draws, n, K)`` or ``(draws, n)``; ``x`` in chunks of ``chunk_size``;
+    ``progress`` (optional) is called with ``len(x)`` after each draw."""
     preds = []
     for theta in result.iter_draws():
         theta = {k: v.to(x.device) for k, v in theta.items()}
@@ -107,4 +115,6 @@ def draw_predictions(result: Result, x: Tensor, chunk_size: int = 2048) -> Tenso
             pred = result.problem.predictive(theta, x[i:i + chunk_size])
             parts.append(pred.mean if isinstance(pred, GaussianPredictive) else pred)
         preds.append(torch.cat(parts))
+        if progress is not None:
+            progress(len(x))
     return torch.stack(preds).double()

@@ -7,7 +7,7 @@ split → metrics (:mod:`bdlkit.metrics`), and optionally
   mutual-information AUROC/AUPR, ``docs/metrics.md``);
 * agreement and total variation against reference (HMC) probabilities;
 * covariate shift: six corruptions at five severities (:mod:`bdlkit.data.corruptions`),
-  one corrupted copy of the test split in memory at a time;
+  all cells predicted in one pass over the draws (:mod:`bdlkit.evaluation.shift`);
 * run health (:mod:`bdlkit.evaluation.health`): the failed checks, each with its fix;
 * sampling diagnostics of a sampler run (:func:`sampler_diagnostics`): single-chain ESS
   (L2E's TFP formula) and per-chain split R̂ (Sommer et al.; ``docs/metrics.md``) on the weights
@@ -15,7 +15,10 @@ split → metrics (:mod:`bdlkit.metrics`), and optionally
   set).
 
 Every value returned is a deterministic function of the draws and the data (no wall
-times), so re-evaluating a resumed run reproduces the same numbers.
+times), so re-evaluating a resumed run reproduces the same numbers. ``max_draws`` and
+``max_test`` make a cheaper evaluation on fewer draws and test rows (recorded as
+``num_draws``/``num_test``); ``progress`` follows the passes of
+:mod:`bdlkit.evaluation.plan`.
 """
 
 from __future__ import annotations
@@ -26,26 +29,42 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from bdlkit import metrics
-from bdlkit.core.draws import KeptDraws
 from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
 from bdlkit.evaluation.health import run_health
+from bdlkit.evaluation.plan import (
+    Progress,
+    counted,
+    first_test_rows,
+    ood_inputs,
+    plan_evaluation,
+    start,
+)
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
+from bdlkit.evaluation.shift import SEVERITIES as SEVERITIES  # re-exported (its old home)
+from bdlkit.evaluation.shift import corruption_metrics
 from bdlkit.metrics.forecasting import GaussianMixture
 
 if TYPE_CHECKING:  # a result is read here, made by the engine above
     from bdlkit.engine.result import Result
 
-SEVERITIES = (1, 2, 3, 4, 5)
-
-
 @dataclasses.dataclass
 class Evaluation:
-    """Metrics plus what the plots need."""
+    """Metrics plus what the plots need.
+
+    ``health`` (a property) is the run health: ``{check: message with the likely fix}`` for
+    each failed check of :mod:`bdlkit.evaluation.health` (empty when all passed), e.g.
+    ``bdlkit.evaluate(result, ds).health``; the same dict is ``metrics["health"]``.
+    """
 
     metrics: dict[str, Any]
     test: ClassificationBMA | RegressionBMA | GaussianMixture
     diagnostics: dict[str, Any] | None = None  # incl. tensors for plots (not JSON)
     ood: ClassificationBMA | None = None  # the BMA of the OOD inputs (for the OOD plots)
+
+    @property
+    def health(self) -> dict[str, str]:
+        """The failed run-health checks, ``{check: message}`` (``{}``: all passed)."""
+        return dict(self.metrics.get("health") or {})
 
 
 def evaluate(
@@ -58,41 +77,67 @@ def evaluate(
     corruptions: bool = False,
     diagnostics: bool = True,
     probe_size: int = 256,
+    max_draws: int | None = None,
+    max_test: int | None = None,
+    progress: Progress | None = None,
 ) -> Evaluation:
     """Metrics of ``result`` on ``ds``'s test split (see the module docstring).
 
     Args:
+        num_samples: draws of a VI approximation to average over.
         ood: a data set whose test (or, if empty, train) inputs are OOD.
         reference: reference probabilities ``(n_test, K)`` aligned with the test split.
         corruptions: evaluate on corrupted copies of the test images.
         diagnostics: sampling diagnostics for sampler results (not for a deep ensemble:
-            its members are independent runs, not a chain, so R̂/ESS do not apply).
+            its members are independent runs, not a chain, so R̂/ESS do not apply); they
+            use every kept draw, whatever ``max_draws``.
+        probe_size: test inputs of the diagnostics' function-space probe.
+        max_draws: average over at most this many draws: a sampler's kept draws thinned
+            evenly, an ensemble's first members, at most this many VI draws
+            (:meth:`bdlkit.Result.iter_draws`). ``metrics["num_draws"]`` records the count.
+        max_test: evaluate on the first ``max_test`` test rows only (of ``ds``, of the OOD
+            set and of ``reference``; not stratified). ``metrics["num_test"]`` records it.
+        progress: told the :class:`~bdlkit.evaluation.plan.EvaluationPlan` before any work
+            and updated with the rows predicted after each draw of every pass (a tqdm bar
+            will do, :mod:`bdlkit.evaluation.plan`); nothing is printed here.
+
+    Returns:
+        an :class:`Evaluation`; its ``health`` lists the failed run-health checks.
     """
+    ds = first_test_rows(ds, max_test)
+    ood = None if ood is None else first_test_rows(ood, max_test)
+    if reference is not None and max_test is not None:
+        reference = reference[:max_test]
     y = ds.y_test
     values: dict[str, Any] = {}
     ood_bma: ClassificationBMA | None = None
     classes = getattr(getattr(result.problem, "likelihood", None), "task", "") == "classification"
     if not classes and (ood is not None or reference is not None or corruptions):
         raise ValueError("--ood, --reference and --corruptions need a classification run")
+    draws = {"num_samples": num_samples, "max_draws": max_draws}
+    plan = plan_evaluation(result, ds, **draws, ood=ood, corruptions=corruptions,
+                           diagnostics=diagnostics, probe_size=probe_size)
+    update = start(progress, plan)
     if getattr(ds, "task", None) == "forecasting":
         if result.problem is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         if num_samples < 1 or len(ds.x_test) == 0:
             raise ValueError(f"a forecast needs num_samples >= 1 (got {num_samples}) and test "
                              f"windows (got {len(ds.x_test)})")
-        test = forecast_mixture(result.problem, result.iter_draws(num_samples), ds.x_test)
+        test = forecast_mixture(result.problem, counted(result.iter_draws(**draws),
+                                                        len(ds.x_test), update), ds.x_test)
         values.update(forecast_values(test, y, ds))
     else:
-        test = result.predictive(ds.x_test, y, num_samples=num_samples)
+        test = result.predictive(ds.x_test, y, **draws, progress=update)
     if isinstance(test, ClassificationBMA):
         values.update(classification_values(test, y))
         if ood is not None:
-            ood_bma = _ood_bma(result, ds, ood, num_samples)
+            ood_bma = _ood_bma(result, ds, ood, draws, update)
             values.update(metrics.ood_metrics(test, ood_bma), ood_data=ood.name)
         if reference is not None:
             values.update(_reference(test.probs, reference))
         if corruptions:
-            values["corruptions"] = _corruptions(result, ds, num_samples)
+            values["corruptions"] = corruption_metrics(result, ds, **draws, progress=update)
     elif isinstance(test, RegressionBMA):
         values.update(metrics.regression_metrics(test.predictive, y, target_scale(ds),
                                                  test.log_density, test.cdf))
@@ -100,10 +145,10 @@ def evaluate(
     values["num_draws"] = (test.num_components if isinstance(test, GaussianMixture)
                            else test.num_samples)
     diag = None
-    if diagnostics and isinstance(result.draws, KeptDraws) and values["num_draws"] >= 4:
+    if any(p.name == "probe" for p in plan.passes):
         from bdlkit.evaluation.sampling import sampler_diagnostics
 
-        diag = sampler_diagnostics(result, ds.x_test[:probe_size])
+        diag = sampler_diagnostics(result, ds.x_test[:probe_size], progress=update)
         values["diagnostics"] = {k: v for k, v in diag.items() if not k.startswith("_")}
     values["health"] = run_health(values, result, test, ds)
     return Evaluation(values, test, diag, ood_bma)
@@ -128,35 +173,19 @@ def classification_values(test: ClassificationBMA, y: Tensor) -> dict[str, float
     return out
 
 
-def _ood_bma(result: Result, ds: Any, ood: Any, num_samples: int) -> ClassificationBMA:
-    x_ood = ood.x_test if len(ood.x_test) else ood.x_train
+def _ood_bma(result: Result, ds: Any, ood: Any, draws: dict[str, Any],
+             update: Any) -> ClassificationBMA:
+    x_ood = ood_inputs(ood)
     if tuple(x_ood.shape[1:]) != tuple(ds.x_test.shape[1:]):
         raise ValueError(
             f"OOD data {ood.name!r} has inputs of shape {tuple(x_ood.shape[1:])}, the run's "
             f"data {tuple(ds.x_test.shape[1:])}; pick an OOD set of the same shape "
             "(mnist: notmnist)"
         )
-    return result.predictive(x_ood.to(ds.x_test.device), num_samples=num_samples)
+    return result.predictive(x_ood.to(ds.x_test.device), **draws, progress=update)
 
 
 def _reference(probs: Tensor, reference: Tensor) -> dict[str, Any]:
     return {"agreement": metrics.agreement(probs, reference),
             "total_variation": metrics.total_variation(probs, reference),
             "reference_rows": len(reference)}
-
-
-def _corruptions(result: Result, ds: Any, num_samples: int) -> dict[str, Any]:
-    """Accuracy, NLL and ECE per corruption and severity (one corrupted copy at a time)."""
-    from bdlkit.data.corruptions import CORRUPTIONS, corrupt_dataset
-
-    out: dict[str, Any] = {}
-    for name in CORRUPTIONS:
-        for severity in SEVERITIES:
-            shifted = corrupt_dataset(ds, name, severity, seed=severity)
-            pred = result.predictive(shifted.x_test, num_samples=num_samples)
-            values = metrics.classification_metrics(pred.probs, shifted.y_test, pred.log_probs)
-            out.setdefault(name, {})[str(severity)] = {k: values[k] for k in ("accuracy",
-                                                                              "nll", "ece")}
-    cells = [cell for by_severity in out.values() for cell in by_severity.values()]
-    out["mean"] = {k: sum(c[k] for c in cells) / len(cells) for k in ("accuracy", "nll", "ece")}
-    return out

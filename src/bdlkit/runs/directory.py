@@ -361,26 +361,39 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
 
 def reevaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
              reference: str | os.PathLike | None = None,
-             corruptions: bool = False) -> dict[str, Any]:
+             corruptions: bool = False, num_draws: int | None = None,
+             max_test: int | None = None, progress: Any = None) -> dict[str, Any]:
     """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
     data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`),
-    holding the folder's lock."""
+    holding the folder's lock; ``num_draws``, ``max_test`` and ``progress`` as for
+    :func:`evaluate_result`."""
     read_config(Path(run_dir))  # not a run directory: refused before anything is written
     with run_lock(run_dir, "evaluating"):
         remove_stale_temps(run_dir)
         result, cfg, ds = load_run(run_dir)
         return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood, reference=reference,
-                               corruptions=corruptions)
+                               corruptions=corruptions, num_draws=num_draws,
+                               max_test=max_test, progress=progress)
 
 
 def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path, *,
                     ood: str | None = None, reference: str | os.PathLike | None = None,
-                    corruptions: bool = False) -> dict[str, Any]:
-    """Everything that applies to ``result``; writes ``metrics.json``, plots and ``report.md``."""
+                    corruptions: bool = False, num_draws: int | None = None,
+                    max_test: int | None = None, progress: Any = None) -> dict[str, Any]:
+    """Everything that applies to ``result``; writes ``metrics.json``, plots and ``report.md``.
+
+    Args:
+        num_draws: average over this many draws (evenly spaced kept draws of a sampler, VI
+            draws instead of ``cfg.eval_samples``, an ensemble's first members); default all.
+        max_test: only the first ``max_test`` test rows (of ``ds`` and of the OOD data).
+        progress: a :class:`~bdlkit.evaluation.plan.Progress` (the command line's bar).
+    """
     ood_ds = data_module.load(ood, root=cfg.data_root) if ood else None
     ref = load_reference_for(reference, cfg, ds) if reference else None
-    ev = evaluation.evaluate(result, ds, num_samples=cfg.eval_samples, ood=ood_ds,
-                             reference=ref, corruptions=corruptions)
+    ds = evaluation.first_test_rows(ds, max_test)  # the report plots the rows evaluated
+    ev = evaluation.evaluate(result, ds, num_samples=num_draws or cfg.eval_samples,
+                             max_draws=num_draws, ood=ood_ds, reference=ref,
+                             corruptions=corruptions, max_test=max_test, progress=progress)
     save_json(run_dir / "metrics.json", ev.metrics)
     run_report.write(run_dir, cfg, result, ev, ds)
     return ev.metrics

@@ -1,0 +1,117 @@
+"""What the ``bdlkit`` command line prints around an evaluation: the estimate of the work
+before it starts and a progress bar over every prediction pass (both on stderr,
+:class:`EvaluationBar`), then a compact summary of the metrics (:func:`summary_lines`, on
+stdout).
+
+The evaluation itself never prints (:mod:`bdlkit.evaluation.plan`); it tells an
+``EvaluationBar`` its plan and the rows predicted after each draw. The summary shows what a
+user reads first: the main test metrics with the numbers of test rows and draws, the OOD
+AUROC and AUPR with the AUPR's base rate, the corruption metrics per severity, and the run
+health (each failed check with its fix); ``metrics.json`` and ``report.md`` hold the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from bdlkit.evaluation.plan import EvaluationPlan
+from bdlkit.evaluation.shift import severity_means
+
+# tqdm's default redraw interval (0.1 s) makes one line per update in a log file
+NON_TTY_MININTERVAL = 30.0
+MAIN_METRICS = ("accuracy", "rmse", "mse", "nll", "ece", "mae", "crps")
+
+
+def bar_interval(stream: Any) -> dict[str, float]:
+    """tqdm keyword arguments for a bar drawn on ``stream``: redraw at most every
+    :data:`NON_TTY_MININTERVAL` seconds when it is not a terminal (a piped or redirected
+    command), unless the user set ``TQDM_MININTERVAL``."""
+    isatty = getattr(stream, "isatty", None)
+    if (callable(isatty) and isatty()) or "TQDM_MININTERVAL" in os.environ:
+        return {}
+    return {"mininterval": NON_TTY_MININTERVAL}
+
+
+class EvaluationBar:
+    """A :class:`~bdlkit.evaluation.plan.Progress` for the command line: on ``start``, one
+    estimate line (``evaluate: 4 prediction passes: ...``) and a tqdm bar with ETA over the
+    plan's row predictions, both on ``stream``.
+
+    Args:
+        stream: where to write (stderr).
+        bar: draw the bar (``--no-progress`` keeps only the estimate line).
+    """
+
+    def __init__(self, stream: Any, bar: bool = True) -> None:
+        self.stream = stream
+        self.show_bar = bar
+        self.bar: Any = None
+
+    def start(self, plan: EvaluationPlan) -> None:
+        print(f"evaluate: {plan.describe()}", file=self.stream, flush=True)
+        if self.show_bar:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=plan.total, desc="evaluate", unit="row", unit_scale=True,
+                            file=self.stream, **bar_interval(self.stream))
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> EvaluationBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def summary_lines(values: dict[str, Any]) -> list[str]:
+    """The compact summary of ``metrics.json``'s ``values`` (see the module docstring), one
+    string per line, indented by two spaces."""
+    main = [f"{k} {_number(values[k])}" for k in MAIN_METRICS if k in values]
+    sizes = ", ".join(f"{values[k]:,} {label}" for k, label in
+                      (("num_test", "test rows"), ("num_draws", "draws")) if k in values)
+    lines = [f"  test      {'  '.join(main)}" + (f"   ({sizes})" if sizes else "")]
+    if "ood_auroc" in values:
+        base = values.get("ood_aupr_base_rate")
+        lines.append(f"  OOD       {values.get('ood_data', '')}: AUROC "
+                     f"{_number(values['ood_auroc'])}  AUPR {_number(values.get('ood_aupr'))}"
+                     + (f" (base rate {base:.4f})" if isinstance(base, float) else "")
+                     + "  [entropy score]")
+    if isinstance(values.get("corruptions"), dict):
+        lines += _corruption_lines(values["corruptions"])
+    lines += health_lines(values.get("health"))
+    return lines
+
+
+def _corruption_lines(corruptions: dict[str, Any]) -> list[str]:
+    by_severity = severity_means(corruptions)
+    mean = corruptions.get("mean", {})
+    head = "".join(f"{s:>8}" for s in by_severity) + f"{'mean':>8}"
+    lines = [f"  shift     severity{head}   (mean over {len(corruptions) - 1} corruptions)"]
+    for metric in ("accuracy", "ece"):
+        cells = "".join(f"{v[metric]:>8.4f}" for v in by_severity.values())
+        lines.append(f"            {metric:<8}{cells}{mean.get(metric, float('nan')):>8.4f}")
+    return lines
+
+
+def health_lines(health: Any) -> list[str]:
+    """``run health: all checks passed``, or one ``  ! <check>: <message>`` per failed
+    check (``None``: no health was computed, no lines)."""
+    if health is None:
+        return []
+    if not health:
+        return ["  run health: all checks passed"]
+    return [f"  run health: {len(health)} check{'s' * (len(health) > 1)} failed"] + [
+        f"  ! {check}: {message}" for check, message in health.items()]
