@@ -66,7 +66,10 @@ class Adam:
         nu = tree_map(lambda v, g: self.b2 * v + (1 - self.b2) * g * g, state.nu, grads)
         c1 = 1 - self.b1**count  # tensors: no host sync
         c2 = 1 - self.b2**count
-        updates = tree_map(lambda m, v: -lr * (m / c1) / ((v / c2).sqrt() + self.eps), mu, nu)
+        # back to m's dtype: a 0-dim parameter (a learned log σ) would be promoted to the
+        # float64 of the 0-dim bias corrections, and its checkpoint would not load
+        updates = tree_map(lambda m, v: (-lr * (m / c1) / ((v / c2).sqrt() + self.eps)).to(
+            m.dtype), mu, nu)
         return updates, AdamState(count=count, mu=mu, nu=nu)
 
 
