@@ -35,6 +35,7 @@ from torch import Tensor
 from bdlkit.algorithms import get_method
 from bdlkit.algorithms.vi import laplace
 from bdlkit.core.protocol import Algorithm, Problem, Variational
+from bdlkit.engine.placement import place
 from bdlkit.engine.result import Result
 from bdlkit.engine.runner import NonFiniteError, Runner
 from bdlkit.problems import BayesianModel, Target
@@ -62,6 +63,7 @@ def infer(
     start: str = "auto",
     log_every: int = 1,
     progress: bool = False,
+    device: str | torch.device | None = None,
     callbacks: list[Any] | None = None,
     **hyper: Any,
 ) -> Result:
@@ -88,11 +90,17 @@ def infer(
             on a Target without ``init``, else ``"init"``.
         log_every: record the step's info in ``Result.history`` every this many steps.
         progress: show a tqdm progress bar.
+        device: run on this device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``): a
+            BayesianModel is moved there in place (``model.to(device)``), with ``init``
+            and every training batch, tensors or DataLoader
+            (:mod:`bdlkit.engine.placement`); default: where the model already is.
+            Predict with inputs on the same device.
         callbacks: called with each logged entry and the Result
             (:mod:`bdlkit.engine.callbacks`); a Laplace-started VI run shows them the run
             on z (its ``log_prob`` and Result before the mapping back to θ).
         **hyper: the method's hyperparameters (e.g. ``lr``).
     """
+    problem, init = place(problem, init, device)
     module = get_method(method)
     check_keys(hyper, method_hyperparameters(method), f"the hyperparameters of method {method!r}")
     is_target = isinstance(problem, Target)

@@ -13,6 +13,12 @@ state has to be checkpointed: resuming at step ``t`` only needs ``t``. A user
 the resume point, which reproduces the order exactly when the loader does not
 shuffle or shuffles with its own ``generator=`` (whose state at the start of each
 epoch is checkpointed through :meth:`Batches.state_dict`).
+
+Batches go where the model is (the problem's ``device``, e.g. after ``infer(...,
+device="cuda")``): tensor data is moved there once, when the Batches are built (the
+permutations are drawn on the CPU, as before, so the data order does not depend on the
+device), and each DataLoader batch as it is drawn. On the data's own device nothing is
+copied.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class Batches:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.seed = int(seed)
+        self.device: torch.device | None = getattr(problem, "device", None)
         self.loader: DataLoader | None = None
         self.x = self.y = None
         if isinstance(problem, Target) or data is None:
@@ -50,7 +57,7 @@ class Batches:
             self._epoch_gen_state: Tensor | None = None
             self._resume_state: Tensor | None = None
         else:
-            self.x, self.y = tensors_of(data)
+            self.x, self.y = (self._placed(t) for t in tensors_of(data))
             n = len(self.x)
             self.size = min(batch_size, n)
             self.per_epoch = math.ceil(n / self.size)
@@ -89,7 +96,13 @@ class Batches:
             self._new_epoch()
         batch = next(self._iter)
         self._next_t = t + 1
-        return batch[0], batch[1]
+        return self._placed(batch[0]), self._placed(batch[1])
+
+    def _placed(self, t: Any) -> Any:
+        """``t`` on the model's device (itself, not a copy, when it is there already)."""
+        if self.device is None or not isinstance(t, Tensor):
+            return t
+        return t.to(self.device)
 
     def _new_epoch(self) -> None:
         gen = self.loader.generator

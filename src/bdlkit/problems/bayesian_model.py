@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
 from bdlkit.problems.oracles import functional_value_and_score, module_value_and_score
+from bdlkit.problems.precision import autocast_call, check_precision
 from bdlkit.problems.priors import IsotropicGaussian, make_prior
 from bdlkit.problems.select import Selection, select_parameters
 
@@ -58,6 +59,9 @@ class BayesianModel:
         buffers: ``"frozen"`` or ``"batch_stats"`` (module docstring).
         oracle: ``"functional"`` (torch.func, default) or ``"module"`` (writes θ into
             the module and calls ``backward()``; for huge or distributed models).
+        precision: the network's forward pass, ``"fp32"`` (default), ``"bf16"`` or
+            ``"fp16"`` (autocast; outputs cast back to the parameters' dtype before the
+            likelihood: :mod:`bdlkit.problems.precision`).
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class BayesianModel:
         *,
         buffers: Literal["frozen", "batch_stats"] = "frozen",
         oracle: Literal["functional", "module"] = "functional",
+        precision: str = "fp32",
     ) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
@@ -89,6 +94,7 @@ class BayesianModel:
         self.temperature = float(temperature)
         self.buffers = buffers
         self.oracle = oracle
+        self.precision = check_precision(precision)
         self.bayesian_names = select_parameters(module, bayesian)
         clash = [n for n, _ in module.named_parameters() if n.startswith(PREFIX)]
         if clash:
@@ -97,19 +103,41 @@ class BayesianModel:
                 "likelihood parameters; rename that submodule"
             )
         module.train(buffers == "batch_stats")
-        named = dict(module.named_parameters())
+        self._read_module()
+        self._initial = self._snapshot()
+        self.prior.bind(self._initial)
+
+    def _read_module(self) -> None:
+        """The deterministic parameters and buffers, read from the module (not copied)."""
+        named = dict(self.module.named_parameters())
         self.fixed: Params = {
             n: p.detach() for n, p in named.items() if n not in set(self.bayesian_names)
         }
-        self.buffer_values: Params = {n: b.detach() for n, b in module.named_buffers()}
-        self._initial = self._snapshot()
+        self.buffer_values: Params = {n: b.detach() for n, b in self.module.named_buffers()}
+
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters live (what :meth:`to` moved them to); batches follow it."""
+        return next(iter(self._initial.values())).device
+
+    def to(self, device: torch.device | str) -> BayesianModel:
+        """Move the module (in place, as ``nn.Module.to``), the initial parameters and the
+        prior's means to ``device``; returns ``self``. A no-op on the current device."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        self.module.to(device)
+        self._read_module()
+        self._initial = {k: v.to(device) for k, v in self._initial.items()}
         self.prior.bind(self._initial)
+        return self
 
     def __repr__(self) -> str:
         return (
             f"BayesianModel({type(self.module).__name__}, likelihood={self.likelihood!r}, "
             f"prior={self.prior!r}, num_data={self.num_data}, temperature={self.temperature}, "
-            f"bayesian={len(self.bayesian_names)} tensors / {self.num_params} values)"
+            f"bayesian={len(self.bayesian_names)} tensors / {self.num_params} values"
+            + (f", precision={self.precision}" if self.precision != "fp32" else "") + ")"
         )
 
     # ----------------------------------------------------------------- parameters
@@ -174,7 +202,14 @@ class BayesianModel:
         buffers = self.buffer_values
         if self.buffers == "batch_stats":
             buffers = {k: v.clone() for k, v in buffers.items()}
-        return torch.func.functional_call(self.module, {**self.fixed, **buffers, **net}, (x,))
+        values = {**self.fixed, **buffers, **net}
+        return autocast_call(lambda: torch.func.functional_call(self.module, values, (x,)),
+                             self.precision, x.device.type, self.param_dtype)
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        """The parameters' dtype (a mixed-precision forward pass casts its outputs to it)."""
+        return next(iter(self._initial.values())).dtype
 
     def log_likelihood(self, params: Params, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Per-example ``log p(y_i | x_i, θ)``, shape ``(|B|,)``."""
@@ -242,7 +277,7 @@ class BayesianModel:
                     f"convert with x.to({dtype})"
                 )
         try:
-            outputs = self.forward(self._initial, x[:2])
+            outputs = self.forward(self._initial, x[:2].to(self.device))
         except RuntimeError as err:
             raise ValueError(
                 f"the network cannot take inputs of shape {tuple(x.shape[1:])} per example: {err}"

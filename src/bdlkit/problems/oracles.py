@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from bdlkit.problems.precision import autocast_call
+
 if TYPE_CHECKING:
     from bdlkit.problems.bayesian_model import BayesianModel
 
@@ -55,7 +57,8 @@ def module_value_and_score(
                 p.grad = None
         lik_leaves = {k: v.detach().clone().requires_grad_(True) for k, v in lik.items()}
         with torch.enable_grad():
-            outputs = module(x)
+            outputs = autocast_call(lambda: module(x), model.precision, x.device.type,
+                                    model.param_dtype)
             loglik = model.likelihood.log_prob(outputs, y, lik_leaves)
             current = {n: named[n] for n in net} | lik_leaves
             value = model.combine(loglik.sum(), loglik.shape[0], model.log_prior(current))

@@ -30,9 +30,11 @@ from bdlkit.algorithms import get_method
 from bdlkit.algorithms.options import Option, options
 from bdlkit.core.errors import CorruptFileError, InputError
 from bdlkit.core.serialization import atomic_write_bytes
+from bdlkit.problems.precision import AUTOCAST_DTYPES
 
 DEFAULT_STEPS = 1000  # run length when neither steps nor epochs is given
 DTYPES = ("float32", "float64")
+PRECISIONS = tuple(AUTOCAST_DTYPES)  # fp32, bf16, fp16: the network's forward pass
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
 _INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
@@ -84,6 +86,11 @@ class RunConfig:
     dtype: str = field(
         default="float32", metadata={"help": "float32 or float64 (network and data)"}
     )
+    precision: str = field(
+        default="fp32", metadata={"help": "forward pass precision: fp32, bf16 or fp16 (autocast; "
+                                  "log-likelihoods and scores stay float32; fp16 has no "
+                                  "loss scaling, prefer bf16)"}
+    )
     model_kwargs: dict[str, Any] = field(
         default_factory=dict, metadata={"help": 'model options as JSON, e.g. \'{"hidden": [200]}\''}
     )
@@ -116,6 +123,7 @@ class RunConfig:
         if self.dtype not in DTYPES:
             raise ConfigValueError("dtype", f"must be one of {', '.join(DTYPES)}, "
                                    f"got {self.dtype!r}")
+        _check_precision(self.precision, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -160,6 +168,15 @@ class ConfigValueError(InputError):
     def relabel(self, label: str) -> ConfigValueError:
         """The same error, naming the value as ``label`` (``"--seed"``, ``"x.yaml: key 'seed'"``)."""
         return ConfigValueError(self.key, self.problem, label)
+
+
+def _check_precision(precision: str, dtype: str) -> None:
+    if precision not in PRECISIONS:
+        raise ConfigValueError("precision", f"must be one of {', '.join(PRECISIONS)}, got "
+                               f"{precision!r}")
+    if precision != "fp32" and dtype != "float32":
+        raise ConfigValueError("precision", f"{precision} autocasts a float32 network; with "
+                               f"dtype {dtype} use precision fp32 (or dtype float32)")
 
 
 def _field_kind(f: dataclasses.Field) -> tuple[str, bool]:
