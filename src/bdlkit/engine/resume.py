@@ -93,10 +93,47 @@ def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path
         if key == "samples" and key not in meta:
             continue
         if saved != value:
+            was, now = _first_difference(saved, value) if key == "problem" else (None, None)
+            if was is not None or now is not None:  # name the field: likelihood, precision
+                raise ValueError(
+                    f"checkpoint {path} was written with a different problem: "
+                    f"{was or 'no ' + _field_name(now)} in the checkpoint, "
+                    f"{now or 'no ' + _field_name(was)} in this run; {fix}"
+                )
             raise ValueError(
                 f"checkpoint {path} was written with {key}={saved!r}, but this run has "
                 f"{key}={value!r}; {fix}"
             )
+
+
+def _fields(text: str) -> list[str]:
+    """The top-level ``name=value`` fields of a repr ``Kind(a, b=C(d, e), f=g)``."""
+    inner = text[text.find("(") + 1 : text.rfind(")")] if "(" in text else text
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(inner):
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    return [*parts, inner[start:].strip()]
+
+
+def _first_difference(saved: Any, value: Any) -> tuple[str | None, str | None]:
+    """The first field in which two problem reprs differ (``likelihood=Gaussian(...)``
+    against ``likelihood=Categorical()``); ``None`` on a side that lacks it, and
+    ``(None, None)`` when the reprs cannot be compared field by field."""
+    if not (isinstance(saved, str) and isinstance(value, str)):
+        return None, None
+    old, new = _fields(saved), _fields(value)
+    for i in range(max(len(old), len(new))):
+        a, b = (old[i] if i < len(old) else None), (new[i] if i < len(new) else None)
+        if a != b:
+            return a, b
+    return None, None
+
+
+def _field_name(field: str | None) -> str:
+    return (field or "").split("=")[0]
 
 
 def _without(record: Any, names: tuple[str, ...]) -> Any:

@@ -31,6 +31,7 @@ from bdlkit.algorithms.options import Option, options
 from bdlkit.core.errors import CorruptFileError, InputError
 from bdlkit.core.serialization import atomic_write_bytes
 from bdlkit.problems.precision import AUTOCAST_DTYPES
+from bdlkit.runs import likelihood_choice
 
 DEFAULT_STEPS = 1000  # run length when neither steps nor epochs is given
 DTYPES = ("float32", "float64")
@@ -91,6 +92,14 @@ class RunConfig:
                                   "log-likelihoods and scores stay float32; fp16 has no "
                                   "loss scaling, prefer bf16)"}
     )
+    likelihood: str = field(
+        default="auto", metadata={"help": "auto (categorical for classes, learned-sigma "
+                                  "gaussian for regression and forecasts), categorical, "
+                                  "bernoulli (two classes), gaussian (learned sigma), "
+                                  "gaussian:SIGMA (fixed sigma, in the trained targets' "
+                                  "units: standardised for UCI sets), heteroscedastic (2k outputs: mean and sigma); "
+                                  "no Student-t: the BMA predictive is a Gaussian mixture"}
+    )
     model_kwargs: dict[str, Any] = field(
         default_factory=dict, metadata={"help": 'model options as JSON, e.g. \'{"hidden": [200]}\''}
     )
@@ -124,6 +133,7 @@ class RunConfig:
             raise ConfigValueError("dtype", f"must be one of {', '.join(DTYPES)}, "
                                    f"got {self.dtype!r}")
         _check_precision(self.precision, self.dtype)
+        self.likelihood = likelihood_choice.normalised(self.likelihood)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

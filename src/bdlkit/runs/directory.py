@@ -49,6 +49,7 @@ from bdlkit.models import build_for_data, forecaster_for
 from bdlkit.problems import BayesianModel
 from bdlkit.problems.likelihoods import Gaussian, cat_predictives
 from bdlkit.problems.select import parameter_selection
+from bdlkit.runs import likelihood_choice
 from bdlkit.runs import report as run_report
 from bdlkit.runs.config import RunConfig, load_yaml, resolved_hyper, save_yaml
 
@@ -73,11 +74,15 @@ def load_dataset(cfg: RunConfig) -> Any:
 
 
 def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
-    """Network (seeded by ``cfg.seed``), likelihood and prior for ``ds``: a categorical
-    likelihood for classes, a Gaussian with a learned σ for regression and one learned σ
-    per channel for forecasts; ``cfg.bayesian`` says which weights are random."""
+    """Network (seeded by ``cfg.seed``), likelihood and prior for ``ds``: the likelihood
+    ``cfg.likelihood`` names (:mod:`bdlkit.runs.likelihood_choice`; ``auto``: categorical
+    for classes, a Gaussian with a learned σ for regression and one learned σ per channel
+    for forecasts), the forward pass in ``cfg.precision``; ``cfg.bayesian`` says which
+    weights are random."""
     classification = ds.task == "classification"
-    out = ds.num_classes if classification else math.prod(ds.y_train.shape[1:]) or 1
+    targets = math.prod(ds.y_train.shape[1:]) or 1
+    out = likelihood_choice.output_count(cfg.likelihood, ds.task,
+                                         ds.num_classes if classification else None, targets)
     if out > MAX_OUTPUTS:
         raise InputError(f"{cfg.data}: {out} network outputs (num_classes or target size) "
                          f"would build an output layer of more than {MAX_OUTPUTS} x hidden "
@@ -90,23 +95,24 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
         else:
             net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
     net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
-    if classification:
-        likelihood: Any = "categorical"
-    elif ds.task == "forecasting":
-        likelihood = forecast_likelihood(ds)
-    else:
-        likelihood = Gaussian(learn_noise=True)
+    noise = forecast_noise(ds) if ds.task == "forecasting" else None
     return BayesianModel(
-        net, likelihood, prior=cfg.prior_scale, num_data=ds.num_train,
-        temperature=cfg.temperature, bayesian=parameter_selection(cfg.bayesian),
+        net, likelihood_choice.build(cfg.likelihood, ds.task, noise), prior=cfg.prior_scale,
+        num_data=ds.num_train, temperature=cfg.temperature,
+        bayesian=parameter_selection(cfg.bayesian), precision=cfg.precision,
     )
+
+
+def forecast_noise(ds: Any) -> list[float]:
+    """Each channel's persistence error on the training windows: where a forecast's
+    learned σ per channel starts (``docs/koopa.md`` §3)."""
+    return persistence_noise(ds.x_train, ds.y_train).tolist()
 
 
 def forecast_likelihood(ds: Any) -> Gaussian:
     """A Gaussian with one learned σ per channel, starting at the channel's persistence error
     on the training windows (``docs/koopa.md`` §3)."""
-    noise = persistence_noise(ds.x_train, ds.y_train).tolist()
-    return Gaussian(noise, learn_noise=True, channels=len(noise))
+    return likelihood_choice.build("gaussian", "forecasting", forecast_noise(ds))
 
 
 def eval_split(ds: Any) -> tuple[Tensor, Tensor]:
@@ -126,12 +132,14 @@ def predictive_metrics(pred: Any, y: Tensor, ds: Any) -> dict[str, float]:
 def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
     """``params -> metrics`` of the single network ``params`` on the held-out split."""
     x, y = eval_split(ds)
+    # class probabilities (n, K) of any classification likelihood (Bernoulli's predictive
+    # is p(y = 1) alone), else the Gaussian predictive
+    one = ((lambda p, xs: problem.log_predictive(p, xs).exp()) if ds.task == "classification"
+           else problem.predictive)
 
     @torch.no_grad()
     def point_metrics(params: Any) -> dict[str, float]:
-        pred = cat_predictives(
-            [problem.predictive(params, x[i : i + chunk]) for i in range(0, len(x), chunk)]
-        )
+        pred = cat_predictives([one(params, x[i : i + chunk]) for i in range(0, len(x), chunk)])
         return {k: v for k, v in predictive_metrics(pred, y, ds).items() if k in ("accuracy",
                                                                              "nll", "rmse")}
 
@@ -170,6 +178,7 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
         if value is None and isinstance(bound.get(name), (int, float, str)):
             values["hyper"][name] = bound[name]
     values["checkpoint_every"] = runner.checkpoint_every
+    values["likelihood"] = likelihood_choice.name_of(runner.problem.likelihood)
     values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)
     if runner.store is not None:
         store = runner.store
