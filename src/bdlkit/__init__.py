@@ -10,6 +10,7 @@ from bdlkit.core import schedules
 from bdlkit.engine import collect
 from bdlkit.engine.result import Result
 from bdlkit.engine.runner import Interrupted, NonFiniteError, Runner
+from bdlkit.evaluation import Evaluation, evaluate
 from bdlkit.infer import infer
 from bdlkit.problems import BayesianModel, IsotropicGaussian, Reference, Target
 from bdlkit.runs.config import RunConfig
@@ -19,6 +20,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BayesianModel",
+    "Evaluation",
     "Interrupted",
     "IsotropicGaussian",
     "NonFiniteError",
@@ -30,6 +32,7 @@ __all__ = [
     "algorithms",
     "collect",
     "data",
+    "evaluate",
     "infer",
     "load",
     "metrics",

@@ -172,7 +172,7 @@ def test_max_test_cuts_the_reference_and_the_ood_set_too(sampler_run, digits):
 
 
 def test_evaluation_health_is_the_failed_checks(sampler_run, digits):
-    ev = evaluate(sampler_run, digits, diagnostics=False)
+    ev = bdlkit.evaluate(sampler_run, digits, diagnostics=False)
     assert ev.health == ev.metrics["health"]
     assert isinstance(ev.health, dict)
     ev.metrics["health"] = {"rhat": "not mixed"}
