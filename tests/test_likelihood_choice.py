@@ -129,3 +129,31 @@ def test_a_resume_with_another_likelihood_is_refused_naming_it(tmp_path):
     with pytest.raises(ValueError, match=r"likelihood=Gaussian\(noise=1.0, mode=learned\) in "
                        r"the checkpoint, likelihood=Gaussian\(noise=0.5, mode=fixed\) in this"):
         run.resume(tmp_path / "run")
+
+
+def test_the_cli_records_the_likelihood_of_a_regression_csv(tmp_path):
+    """Issue 20's acceptance: ``--likelihood`` on a regression CSV lands in config.yaml."""
+    from bdlkit.cli import main
+
+    gen = np.random.default_rng(0)
+    x = gen.normal(size=(60, 2))
+    rows = np.column_stack([x, x @ [1.0, -0.5] + 0.1 * gen.normal(size=60)])
+    csv = tmp_path / "table.csv"
+    np.savetxt(csv, rows, delimiter=",", header="a,b,target", comments="")
+    out = tmp_path / "run"
+    assert main(["fit", "--method", "map", "--data", str(csv), "--likelihood",
+                 "heteroscedastic", "--precision", "bf16", "--steps", "20", "--out", str(out),
+                 "--no-progress"]) == 0
+    recorded = yaml.safe_load((out / "config.yaml").read_text())
+    assert (recorded["likelihood"], recorded["precision"]) == ("heteroscedastic", "bf16")
+
+
+def test_a_changed_precision_is_named_as_the_difference():
+    from pathlib import Path
+
+    from bdlkit.engine.resume import check_fingerprint
+
+    saved = "BayesianModel(MLP, likelihood=Categorical(), num_data=5, bayesian=2 tensors / 9 values)"
+    with pytest.raises(ValueError, match="no precision in the checkpoint, precision=bf16 in this"):
+        check_fingerprint({"problem": saved}, {"problem": saved[:-1] + ", precision=bf16)"},
+                          Path("ckpt"), "map")
