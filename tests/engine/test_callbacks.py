@@ -103,11 +103,12 @@ def test_a_failing_callback_stops_after_a_checkpoint_of_its_step_and_resume_is_e
     assert after.calls[-1][:2] == ("log", 15)  # the others still saw the step
     assert [e["step"] for e in _log(tmp_path / "cut")] == [5, 10, 15]
 
-    again = Recorder()  # callbacks are not in the checkpoint: new ones, from step 15
+    again = Recorder()  # callbacks are not in the checkpoint: new ones, from step 15 again
     resumed = _runner(blr, tmp_path / "cut", [again]).fit(resume=True)
     _same_state(full, resumed)
     assert again.calls[0] == ("start", 15, STEPS)
-    assert [c[1] for c in again.calls[1:-1]] == [20, 25, 30]
+    assert again.calls[1] == ("log", 15, failing.calls[-1][2])  # the entry it failed on
+    assert [c[1] for c in again.calls[1:-1]] == [15, 20, 25, 30]
     strip = lambda log: [{k: v for k, v in e.items() if k != "time_s"} for e in log]  # noqa: E731
     assert strip(_log(tmp_path / "cut")) == strip(_log(tmp_path / "full"))
 
@@ -131,7 +132,7 @@ def test_a_failing_callable_without_run_dir_and_a_failing_on_start(blr, tmp_path
     with pytest.raises(CallbackError, match=r"test_callbacks\..*broken raised KeyError.*step 5 "
                        r"of 30.*no run_dir: nothing was saved"):
         _runner(blr, None, [broken]).fit()
-    with pytest.raises(CallbackError, match="in on_start, before step 1: the run did not start"):
+    with pytest.raises(CallbackError, match="in on_start, before step 1: no step ran"):
         _runner(blr, tmp_path, [Recorder("on_start", 0, RuntimeError("no tracker"))]).fit()
     assert latest_checkpoint(tmp_path / "checkpoints") is None
 
@@ -226,7 +227,8 @@ def test_cli_tensorboard_errors_are_one_line(tmp_path, capsys, monkeypatch):
     blocker.write_text("not a folder")
     assert main([*QUICK, "--out", str(tmp_path / "r1"), "--tensorboard", str(blocker)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("bdlkit: error: --tensorboard") and "on_start" in err
+    assert err.startswith(f"bdlkit: error: --tensorboard {blocker}: ") and "not a folder" in err
+    assert not (tmp_path / "r1").exists()  # refused before the run
 
     real = builtins.__import__
 
@@ -240,3 +242,23 @@ def test_cli_tensorboard_errors_are_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "pip install 'bdlkit[tensorboard]'" in err and "Traceback" not in err
     assert not (tmp_path / "r2").exists()  # refused before the run
+
+
+def test_cli_a_logger_failing_mid_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("tensorboard")
+    run, tb = tmp_path / "run", tmp_path / "tb"
+    real = TensorBoardLogger.on_log
+
+    def full_disk_at_10(self, event):
+        if event.step == 10:
+            raise OSError("No space left on device")
+        real(self, event)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TensorBoardLogger, "on_log", full_disk_at_10)
+        assert main([*QUICK, "--out", str(run), "--tensorboard", str(tb)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"bdlkit: error: --tensorboard {tb}: callback TensorBoardLogger")
+    assert "No space left on device at step 10 of 20" in err and f"--resume {run}" in err
+    assert main(["fit", "--resume", str(run), "--no-progress", "--tensorboard", str(tb)]) == 0
+    assert _tensorboard_scalars(tb)["log_prob"] == _log_scalars(_log(run))["log_prob"]

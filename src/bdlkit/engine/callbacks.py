@@ -36,16 +36,18 @@ from there once the callback is fixed. In ``on_end`` the run has finished (with 
 and the error holds the Result as ``err.result``. Only an ``Exception`` is caught: a
 ``KeyboardInterrupt`` or ``SystemExit`` raised in a callback goes through unchanged.
 
-Callbacks are not part of the run's state: a checkpoint does not hold them, a resume may
-pass others or none, and they see only the entries logged after the checkpoint's step
-(``on_start`` says which). :class:`TensorBoardLogger` uses that to drop from its
-directory the events a previous, interrupted writer logged after that step.
+Callbacks are not part of the run's state: a checkpoint does not hold them and a resume
+may pass others or none. A resume calls ``on_start`` with the checkpoint's step, then
+``on_log`` with that step's entry again when it was logged (so a callback that failed on
+it, or a tracker whose process died before writing it, has it; one that had it sees it
+twice), then the entries after it. :class:`TensorBoardLogger` hides the events an
+earlier writer logged from that step on, so its curves hold each step once.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -130,14 +132,20 @@ class Callbacks:
                                 f"any of {', '.join(HOOKS)}: see bdlkit.engine.callbacks")
         return cls(items)
 
-    def start(self, step: int, total: int) -> None:
-        """``on_start(step, total)`` of each callback that has it."""
-        failure = self._call("on_start", step, total)
+    def start(self, step: int, total: int, history: Sequence[dict[str, Any]] = (),
+              method: str = "") -> None:
+        """``on_start(step, total)`` of each callback that has it, then, when the run
+        resumes at a logged step, that entry (the last of ``history``) again (module
+        docstring)."""
+        where, failure = "on_start", self._call("on_start", step, total)
+        if failure is None and history and history[-1]["step"] == step:
+            where = f"on_log of step {step}'s entry, given again on resume"
+            failure = self._call("on_log", LogEvent(step, total, dict(history[-1]), method))
         if failure is not None:
             cb, err = failure
-            raise CallbackError(f"callback {cb} raised {_describe(err)} in on_start, before "
-                                f"step {step + 1}: the run did not start; fix the callback or "
-                                "drop it", cb, step) from err
+            raise CallbackError(f"callback {cb} raised {_describe(err)} in {where}, before "
+                                f"step {step + 1}: no step ran; fix the callback or drop it",
+                                cb, step) from err
 
     def log(self, event: LogEvent) -> tuple[str, BaseException] | None:
         """Every callback's ``on_log(event)`` (or the callable itself); the first failure as
@@ -219,14 +227,15 @@ class TensorBoardLogger(Hooks):
     'bdlkit[tensorboard]'``), checked here so a missing one fails before the run.
 
     Give each run its own ``log_dir``, as TensorBoard expects: the writer starts with a
-    purge at the run's first step, so events an earlier writer left in ``log_dir`` after
-    the step this run starts from (an interrupted run resumed from its checkpoint, a run
-    replaced with ``--overwrite``) are hidden and the curves equal ``log.jsonl``.
+    purge at the step the run starts from, so events an earlier writer left in ``log_dir``
+    from that step on (an interrupted run resumed from its checkpoint, a run replaced with
+    ``--overwrite``) are hidden and the curves equal ``log.jsonl``.
     ``on_end`` closes the writer; use ``with TensorBoardLogger(...)`` (or :meth:`close`)
     to flush it when a run stops early.
 
     Args:
-        log_dir: folder for the events files (created on the first step).
+        log_dir: folder for the events files (created on the first step); an existing
+            file there is refused at once (ValueError).
         flush_secs: write buffered events to disk at least this often.
     """
 
@@ -235,6 +244,9 @@ class TensorBoardLogger(Hooks):
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(log_dir)
+        if self.log_dir.exists() and not self.log_dir.is_dir():
+            raise ValueError(f"{self.log_dir} is a file, not a folder: give TensorBoard a "
+                             "folder (one per run) for its events files")
         self.flush_secs = flush_secs
         self._writer_class = SummaryWriter
         self._writer: Any = None
@@ -244,12 +256,12 @@ class TensorBoardLogger(Hooks):
 
     def on_start(self, step: int, total: int) -> None:
         self.close()
-        self._writer = self._writer_class(str(self.log_dir), purge_step=step + 1,
+        self._writer = self._writer_class(str(self.log_dir), purge_step=step,
                                           flush_secs=self.flush_secs)
 
     def on_log(self, event: LogEvent) -> None:
         if self._writer is None:  # called outside a Runner
-            self.on_start(event.step - 1, event.total)
+            self.on_start(event.step, event.total)
         for tag, value in event.scalars().items():
             self._writer.add_scalar(tag, value, event.step)
 

@@ -266,7 +266,7 @@ class Runner:
         if log is not None:
             truncate_log(log, start)
         method = self.algorithm.name
-        self.callbacks.start(start, total)
+        self.callbacks.start(start, total, history, method)
         bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
                    dynamic_ncols=True)
         clock = time.perf_counter()
