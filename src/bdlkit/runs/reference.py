@@ -47,6 +47,7 @@ from bdlkit.core.serialization import (
 from bdlkit.diagnostics import ess_bulk_vehtari21, rhat_split, rhat_vehtari21
 from bdlkit.evaluation.sampling import draw_predictions
 from bdlkit.runs import directory as run_module
+from bdlkit.runs import likelihood_choice
 from bdlkit.runs.config import RunConfig
 from bdlkit.runs.figures import markdown_table
 
@@ -154,6 +155,8 @@ def _check_chain(cfg: RunConfig, run_dir: Path) -> None:
             continue  # where and how a run is logged, not what it samples (full batch)
         if value is None and key in ("burnin", "thin", "max_samples", "checkpoint_every"):
             continue  # defaults, filled in the saved config
+        if key == "likelihood" and value == likelihood_choice.AUTO:  # saved: resolved
+            value = likelihood_choice.DEFAULTS["classification"]  # references are for classes
         if saved.get(key) != value:
             raise FileExistsError(
                 f"{run_dir} is a chain started with {key}={saved.get(key)!r}, not {value!r}; "
