@@ -8,7 +8,7 @@ import io
 import pytest
 
 from bdlkit.cli import main
-from bdlkit.cli_console import NON_TTY_MININTERVAL, bar_interval, health_lines, summary_lines
+from bdlkit.runs.console import NON_TTY_MININTERVAL, bar_interval, health_lines, summary_lines
 
 
 @pytest.mark.parametrize("flag", ["--num-draws", "--max-test"])

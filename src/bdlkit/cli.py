@@ -327,8 +327,8 @@ def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentPa
 
 
 def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
-    """The run's compact summary (:func:`bdlkit.cli_console.summary_lines`) on stdout."""
-    from bdlkit.cli_console import summary_lines
+    """The run's compact summary (:func:`bdlkit.runs.console.summary_lines`) on stdout."""
+    from bdlkit.runs.console import summary_lines
 
     print(f"run directory: {run_dir}")
     for line in summary_lines(values):
@@ -344,8 +344,8 @@ def _positive(value: int | None, flag: str) -> int | None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from bdlkit.cli_console import EvaluationBar
     from bdlkit.runs import directory as run
+    from bdlkit.runs.console import EvaluationBar
 
     num_draws = _positive(args.num_draws, "--num-draws")
     max_test = _positive(args.max_test, "--max-test")
