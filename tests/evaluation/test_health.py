@@ -11,11 +11,12 @@ from bdlkit.evaluation.health import run_health
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
 
 
-def _result(kind="sampler", init_std=None, sigma_median=None):
+def _result(kind="sampler", init_std=None, sigma_median=None, num_kept=100):
     rows = None if sigma_median is None else [{"tensor": "all", "median": sigma_median}]
     algorithm = (SimpleNamespace(hyperparameters=lambda: {"init_std": init_std})
                  if init_std is not None else None)
-    return SimpleNamespace(kind=kind, algorithm=algorithm, sigma_summary=lambda: rows)
+    return SimpleNamespace(kind=kind, algorithm=algorithm, sigma_summary=lambda: rows,
+                           num_kept=num_kept)
 
 
 def _classifier(pred, k=3):
@@ -56,7 +57,10 @@ def test_rhat_and_ess_against_vehtari_thresholds(diag, expected):
 
 def test_few_draws_a_point_like_q_and_an_uninformative_aupr_are_flagged():
     good = _classifier(DS.y_test)
-    assert set(run_health({"accuracy": 1.0, "num_draws": 4}, _result(), good, DS)) == {"draws"}
+    few = _result(num_kept=4)
+    assert set(run_health({"accuracy": 1.0, "num_draws": 4}, few, good, DS)) == {"draws"}
+    # 100 kept, 4 averaged because `evaluate --num-draws 4` asked for it: the run is fine
+    assert run_health({"accuracy": 1.0, "num_draws": 4}, _result(), good, DS) == {}
     vi = _result(kind="vi", init_std=0.01, sigma_median=0.0112)
     assert set(run_health({"accuracy": 1.0}, vi, good, DS)) == {"sigma"}
     moved = _result(kind="vi", init_std=0.01, sigma_median=0.05)

@@ -107,8 +107,9 @@ def _sampling(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dic
 
 
 def _draws(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dict[str, str]:
-    kept = values.get("num_draws")
-    if result.kind == "sampler" and isinstance(kept, int) and kept < MIN_DRAWS:
+    # the run's kept draws, not those averaged (`evaluate --num-draws` may ask for fewer)
+    kept = result.num_kept
+    if result.kind == "sampler" and kept < MIN_DRAWS:
         return {"draws": (
             f"only {kept} draws were kept to average (< {MIN_DRAWS}). Fix: a shorter "
             "--burnin, a smaller --thin or more steps")}
