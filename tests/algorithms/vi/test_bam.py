@@ -143,6 +143,19 @@ def test_step_size_schedules():
         bam.build(target, schedule=lambda t: 1.0, lam_scale=2.0)
 
 
+def test_lam_scale_follows_the_problem(blr):
+    """lam_scale None: 1 on a Target (λ₀ = B·d), 1/d on a network (λ₀ = B)."""
+    model, _, _, _ = blr
+    d = sum(t.numel() for t in tree_leaves(model.init_params(torch.Generator())))
+    on_net = bam.build(model, num_samples=4)
+    assert on_net.lam_scale == 1.0 / d
+    assert on_net.step_size(0, d) == pytest.approx(4.0) and on_net.step_size(3, d) == 1.0
+    assert bam.build(model, lam_scale=0.5).lam_scale == 0.5  # a given value is kept
+    assert bam.build(model, schedule=lambda t: 2.0).step_size(0, d) == 2.0
+    target, *_ = correlated_gaussian()
+    assert bam.build(target).lam_scale == 1.0
+
+
 def nan_on_calls(calls: set[int], d: int = 3):
     """A standard normal target whose log density (and score) is NaN on the given calls."""
     count = [0]
