@@ -7,6 +7,7 @@ samples or approximation (:class:`Result`) → BMA predictive → ``bdlkit.metri
 
 from bdlkit import algorithms, data, metrics, models
 from bdlkit.core import schedules
+from bdlkit.core.errors import DefaultsWarning
 from bdlkit.engine import collect
 from bdlkit.engine.result import Result
 from bdlkit.engine.runner import Interrupted, NonFiniteError, Runner
@@ -20,6 +21,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BayesianModel",
+    "DefaultsWarning",
     "Evaluation",
     "Interrupted",
     "IsotropicGaussian",
