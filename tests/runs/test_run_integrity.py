@@ -148,7 +148,7 @@ def test_an_edited_burnin_is_refused_by_resume_and_evaluate(copy):
     with pytest.raises(ValueError, match="config.yaml was edited"):
         run.reevaluate(copy)
     save_yaml(copy / "config.yaml", {**values, "prior_scale": 3.0})
-    with pytest.raises(ValueError, match="problem=.*config.yaml was edited"):
+    with pytest.raises(ValueError, match=r"different problem: prior=IsotropicGaussian\(scale=1.0, mean=0\) in the checkpoint.*config.yaml was edited"):
         run.reevaluate(copy)
 
 
