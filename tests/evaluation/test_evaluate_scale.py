@@ -179,3 +179,17 @@ def test_evaluation_health_is_the_failed_checks(sampler_run, digits):
     assert ev.health == {"rhat": "not mixed"}
     ev.metrics.pop("health")
     assert ev.health == {}
+
+
+def test_a_multi_chain_target_streams_each_chains_draw_like_take():
+    """A Target's store holds (chains, d) per kept step: the stream flattens them
+    draw-major, so it yields ``count`` single draws and thins over all of them."""
+    target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=2)
+    result = bdlkit.infer(target, "sgld", steps=40, chains=3, burnin=20, thin=1, seed=0)
+    kept = result.draws
+    assert kept.count == 60 and result.num_streamed() == 60
+    streamed = torch.stack(list(result.iter_draws()))
+    assert streamed.shape == (60, 2) and torch.equal(streamed, kept.take(60))
+    thinned = torch.stack(list(result.iter_draws(max_draws=5)))
+    assert result.num_streamed(max_draws=5) == 5
+    assert torch.equal(thinned, kept.take(60)[evenly_spaced(60, 5)])

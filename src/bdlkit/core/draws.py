@@ -35,6 +35,12 @@ def _singles(draws: TensorTree) -> Iterator[TensorTree]:
     return (index(draws, s) for s in range(num_draws(draws)))
 
 
+def _draw_major(shard: TensorTree) -> TensorTree:
+    """A Target's ``(k, chains, d)`` shard as ``(k * chains, d)`` draws, as :meth:`KeptDraws.take`
+    orders them (so a stream yields :attr:`KeptDraws.count` single draws)."""
+    return shard.reshape(-1, shard.shape[-1]) if isinstance(shard, Tensor) else shard
+
+
 def _capped(count: int, max_draws: int | None) -> int:
     if max_draws is not None and max_draws < 1:
         raise ValueError(f"max_draws must be >= 1 (or None for all draws), got {max_draws}")
@@ -112,8 +118,9 @@ class KeptDraws:
 
     def stream(self, num_samples: int, generator: torch.Generator,
                chunk: int = 16, max_draws: int | None = None) -> Iterator[TensorTree]:
-        """Every kept draw (a disk store shard by shard), or ``max_draws`` evenly spaced
-        ones (:func:`evenly_spaced`); ``num_samples`` is not used."""
+        """Every kept draw (a disk store shard by shard; a Target's chains flattened
+        draw-major), or ``max_draws`` evenly spaced ones (:func:`evenly_spaced`);
+        ``num_samples`` is not used."""
         n = self.stream_count(num_samples, max_draws)
         if self.store is None:
             self.require()
@@ -122,7 +129,7 @@ class KeptDraws:
                             else index(everything, torch.tensor(evenly_spaced(self.count, n))))
         if not len(self.store):
             self.require()
-        draws = (d for shard in self.store.iter_chunks() for d in _singles(shard))
+        draws = (d for shard in self.store.iter_chunks() for d in _singles(_draw_major(shard)))
         if n == self.count:
             return draws
         picked = set(evenly_spaced(self.count, n))
