@@ -39,7 +39,7 @@ from bdlkit.engine.placement import place
 from bdlkit.engine.result import Result
 from bdlkit.engine.runner import NonFiniteError, Runner
 from bdlkit.problems import BayesianModel, Target
-from bdlkit.runs.config import check_keys, method_hyperparameters
+from bdlkit.runs.config import check_device, check_keys, method_hyperparameters
 
 __all__ = ["NonFiniteError", "infer"]
 
@@ -100,9 +100,11 @@ def infer(
             on z (its ``log_prob`` and Result before the mapping back to θ).
         **hyper: the method's hyperparameters (e.g. ``lr``).
     """
-    problem, init = place(problem, init, device)
     module = get_method(method)
     check_keys(hyper, method_hyperparameters(method), f"the hyperparameters of method {method!r}")
+    if device is not None:  # checked before anything moves: a typo leaves the model in place
+        check_device(str(device))
+    problem, init = place(problem, init, device)
     is_target = isinstance(problem, Target)
     algorithm: Algorithm = module.build(problem, **hyper)
     if chains is not None and not is_target:

@@ -3,6 +3,8 @@
 No GPU here: the ``meta`` device (shapes without values) shows where tensors end up, a
 spy shows what ``infer`` asks for, and one test runs on CUDA where there is one."""
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -109,3 +111,27 @@ def test_a_cpu_model_and_cpu_dataloader_train_on_cuda():
     assert model.device.type == "cuda"
     probs = res.predict(x.cuda())
     assert probs.device.type == "cuda" and torch.isfinite(probs).all()
+
+
+@pytest.mark.parametrize("built_on_device", [False, True])
+def test_a_learned_noise_parameter_follows_the_network(built_on_device):
+    """The likelihood's log σ (one per channel here) lives with the weights, also in
+    ``random_init`` (ensemble members) and when the module was built on the device."""
+    net = nn.Linear(4, 2).to("meta" if built_on_device else "cpu")
+    lik = bdlkit.problems.likelihoods.Gaussian([1.0, 2.0], learn_noise=True, channels=2)
+    model = bdlkit.BayesianModel(net, lik, num_data=10)
+    if not built_on_device:
+        model.to("meta")
+    for params in (model.init_params(), model.random_init(torch.Generator())):
+        assert {v.device.type for v in params.values()} == {"meta"}, params.keys()
+
+
+def test_a_misspelt_method_or_option_moves_nothing(monkeypatch):
+    moved = []
+    infer_module = sys.modules["bdlkit.infer"]  # bdlkit.infer is the function
+    monkeypatch.setattr(infer_module, "place", lambda *args: moved.append(args) or args[:2])
+    with pytest.raises(ValueError, match="did you mean"):
+        bdlkit.infer(_model(), "sgdl", data=_data(), steps=2, device="cpu")
+    with pytest.raises(ValueError, match="lr"):
+        bdlkit.infer(_model(), "sgld", data=_data(), steps=2, device="cpu", lrr=0.1)
+    assert moved == []

@@ -158,3 +158,23 @@ def test_refuses_regression_data_and_foreign_folders(tmp_path):
     with pytest.raises(FileExistsError, match="not a bdlkit reference"):
         tiny_reference(tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("saved", [None, "auto", "categorical"])
+@pytest.mark.parametrize("wanted", ["auto", "categorical"])
+def test_a_chain_saved_before_or_with_the_likelihood_option_is_reused(tmp_path, saved, wanted):
+    """A chain whose config.yaml has no ``likelihood`` (written before the option existed),
+    ``auto`` or its resolution ``categorical`` is the same chain; another likelihood is not."""
+    from bdlkit.runs.config import save_yaml
+
+    cfg = RunConfig(method="hmc", data="digits", likelihood=wanted)
+    values = cfg.to_dict()
+    if saved is None:
+        values.pop("likelihood")
+    else:
+        values["likelihood"] = saved
+    save_yaml(tmp_path / "config.yaml", values)
+    reference._check_chain(cfg, tmp_path)  # no error
+    save_yaml(tmp_path / "config.yaml", {**values, "likelihood": "bernoulli"})
+    with pytest.raises(FileExistsError, match="likelihood='bernoulli'"):
+        reference._check_chain(cfg, tmp_path)

@@ -17,7 +17,6 @@ import torch
 
 from bdlkit.core.tree import tree_map
 from bdlkit.problems import BayesianModel
-from bdlkit.runs.config import check_device
 
 
 def place(problem: Any, init: Any, device: str | torch.device | None) -> tuple[Any, Any]:
@@ -26,12 +25,12 @@ def place(problem: Any, init: Any, device: str | torch.device | None) -> tuple[A
     Args:
         problem: the problem ``infer`` runs on; a BayesianModel is moved in place.
         init: the starting parameters (a tree of tensors) or None.
-        device: a torch device bdlkit runs on (``cpu``, ``cuda``, ``cuda:N``, ``mps``);
-            anything else raises :class:`~bdlkit.runs.config.ConfigValueError`.
+        device: a torch device bdlkit runs on (``cpu``, ``cuda``, ``cuda:N``, ``mps``),
+            checked by the caller (``infer`` calls :func:`bdlkit.runs.config.check_device`:
+            the engine does not import the run layer).
     """
     if device is None:
         return problem, init
-    check_device(str(device))
     target = torch.device(device)
     if isinstance(problem, BayesianModel):
         problem.to(target)

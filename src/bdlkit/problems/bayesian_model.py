@@ -144,8 +144,10 @@ class BayesianModel:
     def _snapshot(self, module: nn.Module | None = None) -> Params:
         named = dict((module or self.module).named_parameters())
         params = {n: named[n].detach().clone() for n in self.bayesian_names}
-        dtype = next(iter(params.values())).dtype
-        params.update(self.likelihood.init_params(dtype))
+        first = next(iter(params.values()))
+        # the likelihood's parameters (a learned log σ) live with the network's
+        params.update({k: v.to(first.device) for k, v in
+                       self.likelihood.init_params(first.dtype).items()})
         return params
 
     @property

@@ -47,7 +47,7 @@ from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
 from bdlkit.models import build_for_data, forecaster_for
 from bdlkit.problems import BayesianModel
-from bdlkit.problems.likelihoods import Gaussian, cat_predictives
+from bdlkit.problems.likelihoods import Bernoulli, Gaussian, cat_predictives
 from bdlkit.problems.select import parameter_selection
 from bdlkit.runs import likelihood_choice
 from bdlkit.runs import report as run_report
@@ -132,9 +132,11 @@ def predictive_metrics(pred: Any, y: Tensor, ds: Any) -> dict[str, float]:
 def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
     """``params -> metrics`` of the single network ``params`` on the held-out split."""
     x, y = eval_split(ds)
-    # class probabilities (n, K) of any classification likelihood (Bernoulli's predictive
-    # is p(y = 1) alone), else the Gaussian predictive
-    one = ((lambda p, xs: problem.log_predictive(p, xs).exp()) if ds.task == "classification"
+    # class probabilities (n, K): Bernoulli's predictive is p(y = 1) alone, so its two
+    # columns come from log_predictive; categorical keeps the softmax (a resumed run logs the
+    # same bits as before); regression the Gaussian predictive
+    bernoulli = isinstance(problem.likelihood, Bernoulli)
+    one = ((lambda p, xs: problem.log_predictive(p, xs).exp()) if bernoulli
            else problem.predictive)
 
     @torch.no_grad()

@@ -155,12 +155,18 @@ def _check_chain(cfg: RunConfig, run_dir: Path) -> None:
             continue  # where and how a run is logged, not what it samples (full batch)
         if value is None and key in ("burnin", "thin", "max_samples", "checkpoint_every"):
             continue  # defaults, filled in the saved config
-        if key == "likelihood" and value == likelihood_choice.AUTO:  # saved: resolved
-            value = likelihood_choice.DEFAULTS["classification"]  # references are for classes
+        if key == "likelihood":  # "auto" (a chain saved before --likelihood, or asked for
+            # now) is what runs resolve it to: references are for classes
+            value, saved[key] = (_resolved_likelihood(value),
+                                 _resolved_likelihood(saved.get(key, likelihood_choice.AUTO)))
         if saved.get(key) != value:
             raise FileExistsError(
                 f"{run_dir} is a chain started with {key}={saved.get(key)!r}, not {value!r}; "
                 "pass --overwrite to rebuild the reference, or choose another --out")
+
+
+def _resolved_likelihood(name: str) -> str:
+    return likelihood_choice.DEFAULTS["classification"] if name == likelihood_choice.AUTO else name
 
 
 def _run_chains(configs: list[RunConfig], dirs: list[Path], workers: int | None) -> list[float]:
