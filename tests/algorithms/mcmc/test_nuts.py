@@ -158,8 +158,11 @@ def test_a_large_network_warns_before_the_run_that_nuts_is_costly():
 
     net = nn.Linear(1000, 10)  # 10 010 parameters
     big = bdlkit.BayesianModel(net, likelihood="categorical", prior=1.0, num_data=20_000)
-    with pytest.warns(DefaultsWarning, match="10010 parameters and 20000 training rows"):
-        nuts.build(big)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nuts.build(big).for_run(30)  # the run's copy does not say it again
+    costly = [w for w in caught if issubclass(w.category, DefaultsWarning)]
+    assert len(costly) == 1 and "10010 parameters and 20000 training rows" in str(costly[0].message)
     small = bdlkit.BayesianModel(nn.Linear(4, 2), likelihood="categorical", prior=1.0,
                                  num_data=100)
     with warnings.catch_warnings():

@@ -179,9 +179,12 @@ class NUTS(Sampler):
         return state.params
 
     def for_run(self, total_steps: int) -> NUTS:
-        """This sampler with ``warmup`` fixed for a run of ``total_steps`` transitions."""
-        return dataclasses.replace(
-            self, warmup=default_adaptation(self.warmup, WARMUP, total_steps))
+        """This sampler with ``warmup`` fixed for a run of ``total_steps`` transitions (the
+        copy's ``__post_init__`` does not repeat the cost warning ``build`` gave)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DefaultsWarning)
+            return dataclasses.replace(
+                self, warmup=default_adaptation(self.warmup, WARMUP, total_steps))
 
     @property
     def warmup_steps(self) -> int:
