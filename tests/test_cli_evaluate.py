@@ -26,6 +26,12 @@ def test_summary_of_a_regression_run_and_of_passed_health():
     assert lines[-1] == "  run health: all checks passed"
 
 
+def test_summary_shows_the_reference_agreement():
+    lines = summary_lines({"accuracy": 0.9, "agreement": 0.875, "total_variation": 0.125,
+                           "reference_rows": 1500})
+    assert "  reference agreement 0.8750  total_variation 0.1250   (1,500 rows)" in lines
+
+
 def test_failed_checks_are_listed_with_their_fix():
     lines = health_lines({"rhat": "R-hat 1.4. Fix: more steps", "ess": "ESS 3. Fix: thin"})
     assert lines == ["  run health: 2 checks failed", "  ! rhat: R-hat 1.4. Fix: more steps",

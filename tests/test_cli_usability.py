@@ -94,22 +94,22 @@ def test_piped_fit_writes_a_few_progress_updates_not_one_per_step(tmp_path):
 
 
 def test_progress_is_untouched_on_a_terminal_or_with_tqdm_mininterval_set(monkeypatch):
-    from bdlkit import cli
     from bdlkit.engine import runner
+    from bdlkit.runs import console
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     original = runner.tqdm
-    with cli._progress_for_stream(Terminal()):
+    with console.fit_progress(Terminal()):
         assert runner.tqdm is original
-    with cli._progress_for_stream(io.StringIO()):
+    with console.fit_progress(io.StringIO()):
         assert runner.tqdm is not original
-        assert runner.tqdm.keywords == {"mininterval": cli.NON_TTY_MININTERVAL}
+        assert runner.tqdm.keywords == {"mininterval": console.NON_TTY_MININTERVAL}
     assert runner.tqdm is original
     monkeypatch.setenv("TQDM_MININTERVAL", "1")
-    with cli._progress_for_stream(io.StringIO()):
+    with console.fit_progress(io.StringIO()):
         assert runner.tqdm is original
 
 

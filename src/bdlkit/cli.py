@@ -23,15 +23,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import difflib
-import functools
-import os
 import re
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +35,7 @@ from bdlkit import algorithms, bench, data, models
 from bdlkit.cli_errors import OneLineParser, method_value, option_type, relabel, run_guarded
 from bdlkit.core.errors import InputError
 from bdlkit.l2e import command as l2e_command
+from bdlkit.runs import console
 from bdlkit.runs.config import (
     ConfigValueError,
     RunConfig,
@@ -224,56 +221,8 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     hyper = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
              if k.startswith(HYPER_PREFIX)}
     progress = not args.no_progress
-    with _progress_for_stream(sys.stderr), _fit_callbacks(args.tensorboard) as callbacks:
+    with console.fit_progress(sys.stderr), console.fit_callbacks(args.tensorboard) as callbacks:
         return _fit(args, parser, given, hyper, progress, callbacks)
-
-
-@contextlib.contextmanager
-def _fit_callbacks(tensorboard: str | None) -> Iterator[list[Any]]:
-    """The run's callbacks: a TensorBoardLogger for ``--tensorboard DIR`` (closed, so its
-    events are flushed, however the run ends). A failing callback is bad input here (an
-    unwritable DIR): one line naming it, the step and how to resume."""
-    from bdlkit.engine.callbacks import CallbackError, TensorBoardLogger
-
-    if tensorboard is None:
-        yield []
-        return
-    try:
-        logger = TensorBoardLogger(tensorboard)
-    except ImportError as err:
-        raise InputError(str(err)) from None
-    except ValueError as err:
-        raise InputError(f"--tensorboard {tensorboard}: {err}") from None
-    try:
-        with logger:
-            yield [logger]
-    except CallbackError as err:
-        raise InputError(f"--tensorboard {tensorboard}: {err}") from err
-
-
-# tqdm's default redraw interval (0.1 s) makes one line per step in a log file
-NON_TTY_MININTERVAL = 30.0
-
-
-@contextlib.contextmanager
-def _progress_for_stream(stream: Any) -> Iterator[None]:
-    """Within the block, the run's tqdm bar redraws at most every
-    :data:`NON_TTY_MININTERVAL` seconds when ``stream`` (stderr, where it draws) is not a
-    terminal: a piped or redirected ``fit`` logs its first and last state and a line per
-    30 s, not one line per step. (tqdm reads ``TQDM_MININTERVAL`` only when imported, so
-    the bar's factory is wrapped for the block; a ``TQDM_MININTERVAL`` the user set wins.)"""
-    isatty = getattr(stream, "isatty", None)
-    if (callable(isatty) and isatty()) or "TQDM_MININTERVAL" in os.environ:
-        yield
-        return
-    from bdlkit.engine import runner
-
-    original = runner.tqdm
-    runner.tqdm = functools.partial(original, mininterval=NON_TTY_MININTERVAL)
-    try:
-        yield
-    finally:
-        runner.tqdm = original
 
 
 def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[str, Any],
@@ -328,10 +277,8 @@ def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentPa
 
 def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:
     """The run's compact summary (:func:`bdlkit.runs.console.summary_lines`) on stdout."""
-    from bdlkit.runs.console import summary_lines
-
     print(f"run directory: {run_dir}")
-    for line in summary_lines(values):
+    for line in console.summary_lines(values):
         print(line)
     print(f"all metrics: {run_dir / 'metrics.json'}; report: {run_dir / 'report.md'}")
     return 0
@@ -345,11 +292,10 @@ def _positive(value: int | None, flag: str) -> int | None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bdlkit.runs import directory as run
-    from bdlkit.runs.console import EvaluationBar
 
     num_draws = _positive(args.num_draws, "--num-draws")
     max_test = _positive(args.max_test, "--max-test")
-    with EvaluationBar(sys.stderr, bar=not args.no_progress) as progress:
+    with console.EvaluationBar(sys.stderr, bar=not args.no_progress) as progress:
         values = run.reevaluate(args.run_dir, ood=args.ood, reference=args.reference,
                                 corruptions=args.corruptions, num_draws=num_draws,
                                 max_test=max_test, progress=progress)

@@ -144,7 +144,9 @@ class Callbacks:
         if failure is not None:
             cb, err = failure
             raise CallbackError(f"callback {cb} raised {_describe(err)} in {where}, before "
-                                f"step {step + 1}: no step ran; fix the callback or drop it",
+                                f"step {step + 1}: no step ran; fix the callback or drop it (a new "
+                                f"`bdlkit fit` left only config.yaml in its --out: rerun it "
+                                f"with --overwrite; a --resume can be rerun as it was)",
                                 cb, step) from err
 
     def log(self, event: LogEvent) -> tuple[str, BaseException] | None:
@@ -234,7 +236,7 @@ class TensorBoardLogger(Hooks):
     to flush it when a run stops early.
 
     Args:
-        log_dir: folder for the events files (created on the first step); an existing
+        log_dir: folder for the events files (created when the run starts); an existing
             file there is refused at once (ValueError).
         flush_secs: write buffered events to disk at least this often.
     """

@@ -59,10 +59,11 @@ def trivial_baseline(ds: Any) -> tuple[str, float] | None:
         return "accuracy", float(torch.bincount(y.cpu()).max()) / len(y)
     if not len(ds.y_train):
         return None
-    return "rmse", _scale(ds) * float(((ds.y_train.mean(0) - y) ** 2).mean().sqrt())
+    return "rmse", target_scale(ds) * float(((ds.y_train.mean(0) - y) ** 2).mean().sqrt())
 
 
-def _scale(ds: Any) -> float:
+def target_scale(ds: Any) -> float:
+    """The std the regression targets were divided by (``meta["y_std"]``), else 1."""
     return float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
 
 
@@ -79,7 +80,7 @@ def _majority(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dic
                 f"frequent class ({trivial:.3f}): the run learned nothing usable. Fix: a "
                 "smaller or larger lr (see `bdlkit fit --method M --help`), more steps, or "
                 "check the labels")}
-    elif (model := _scale(ds) * float(((test.mean - ds.y_test) ** 2).mean().sqrt())) >= trivial:
+    elif (model := target_scale(ds) * float(((test.mean - ds.y_test) ** 2).mean().sqrt())) >= trivial:
         return {"majority": (
             f"RMSE {model:.4g} is no better than predicting the "
             f"training mean ({trivial:.4g}). Fix: another lr, more steps, or check the inputs")}

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from torch import Tensor
 
 from bdlkit.core.draws import KeptDraws
+from bdlkit.evaluation.shift import cells
 
 if TYPE_CHECKING:  # a result is read here, made by the engine above
     from bdlkit.engine.result import Result
 
-CORRUPTION_CELLS = 6 * 5  # corruptions × severities (bdlkit.data.corruptions)
 
 
 class Progress(Protocol):
@@ -63,10 +63,11 @@ class EvaluationPlan:
 
     def describe(self) -> str:
         """One line: each pass as ``name draws × rows`` and the total, e.g.
-        ``test 100 draws × 9,000 rows + ood 100 × 18,724 + ... = 29.6M row predictions``."""
+        ``test 100 draws × 9,000 rows + ood 100 draws × 18,724 rows + ... = 29.6M row
+        predictions``."""
         parts = []
         for p in self.passes:
-            rows = (f"{CORRUPTION_CELLS} cells × {p.rows // CORRUPTION_CELLS:,} rows"
+            rows = (f"{len(cells())} cells × {p.rows // len(cells()):,} rows"
                     if p.name == "corruptions" else f"{p.rows:,} rows")
             parts.append(f"{p.name} {p.draws} draws × {rows}")
         return (f"{len(self.passes)} prediction passes: " + " + ".join(parts)
@@ -102,7 +103,7 @@ def plan_evaluation(result: Result, ds: Any, *, num_samples: int = 32,
     if ood is not None:
         passes.append(Pass("ood", draws, len(ood_inputs(ood))))
     if corruptions:
-        passes.append(Pass("corruptions", draws, CORRUPTION_CELLS * n_test))
+        passes.append(Pass("corruptions", draws, len(cells()) * n_test))
     if diagnostics and isinstance(result.draws, KeptDraws) and result.draws.count >= 4:
         passes.append(Pass("probe", result.draws.count, min(probe_size, n_test)))
     return EvaluationPlan(tuple(passes))

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from bdlkit import metrics
 from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
-from bdlkit.evaluation.health import run_health
+from bdlkit.evaluation.health import run_health, target_scale
 from bdlkit.evaluation.plan import (
     Progress,
     counted,
@@ -152,11 +152,6 @@ def evaluate(
         values["diagnostics"] = {k: v for k, v in diag.items() if not k.startswith("_")}
     values["health"] = run_health(values, result, test, ds)
     return Evaluation(values, test, diag, ood_bma)
-
-
-def target_scale(ds: Any) -> float:
-    """The std the regression targets were divided by (``meta["y_std"]``), else 1."""
-    return float((getattr(ds, "meta", None) or {}).get("y_std", 1.0))
 
 
 def classification_values(test: ClassificationBMA, y: Tensor) -> dict[str, float]:

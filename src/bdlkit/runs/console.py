@@ -1,4 +1,6 @@
-"""What the ``bdlkit`` command line prints around an evaluation: the estimate of the work
+"""What the ``bdlkit`` command line prints and hooks around a run: for ``fit``, the progress
+bar's redraw rate on a pipe (:func:`fit_progress`) and the ``--tensorboard`` logger
+(:func:`fit_callbacks`); around an evaluation, the estimate of the work
 before it starts and a progress bar over every prediction pass (both on stderr,
 :class:`EvaluationBar`), then a compact summary of the metrics (:func:`summary_lines`, on
 stdout).
@@ -6,15 +8,20 @@ stdout).
 The evaluation itself never prints (:mod:`bdlkit.evaluation.plan`); it tells an
 ``EvaluationBar`` its plan and the rows predicted after each draw. The summary shows what a
 user reads first: the main test metrics with the numbers of test rows and draws, the OOD
-AUROC and AUPR with the AUPR's base rate, the corruption metrics per severity, and the run
+AUROC and AUPR with the AUPR's base rate, agreement and total variation against a
+reference, the corruption metrics per severity, and the run
 health (each failed check with its fix); ``metrics.json`` and ``report.md`` hold the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+from collections.abc import Iterator
 from typing import Any
 
+from bdlkit.core.errors import InputError
 from bdlkit.evaluation.plan import EvaluationPlan
 from bdlkit.evaluation.shift import severity_means
 
@@ -31,6 +38,49 @@ def bar_interval(stream: Any) -> dict[str, float]:
     if (callable(isatty) and isatty()) or "TQDM_MININTERVAL" in os.environ:
         return {}
     return {"mininterval": NON_TTY_MININTERVAL}
+
+
+@contextlib.contextmanager
+def fit_progress(stream: Any) -> Iterator[None]:
+    """Within the block, the run's tqdm bar follows :func:`bar_interval`: a piped or
+    redirected ``fit`` logs its first and last state and a line per 30 s, not one line per
+    step. (tqdm reads ``TQDM_MININTERVAL`` only when imported, so the runner's bar factory
+    is wrapped for the block.)"""
+    interval = bar_interval(stream)
+    if not interval:
+        yield
+        return
+    from bdlkit.engine import runner
+
+    original = runner.tqdm
+    runner.tqdm = functools.partial(original, **interval)
+    try:
+        yield
+    finally:
+        runner.tqdm = original
+
+
+@contextlib.contextmanager
+def fit_callbacks(tensorboard: str | None) -> Iterator[list[Any]]:
+    """The run's callbacks: a TensorBoardLogger for ``--tensorboard DIR`` (closed, so its
+    events are flushed, however the run ends). A failing callback is bad input here (an
+    unwritable DIR): one line naming it, the step and how to resume."""
+    from bdlkit.engine.callbacks import CallbackError, TensorBoardLogger
+
+    if tensorboard is None:
+        yield []
+        return
+    try:
+        logger = TensorBoardLogger(tensorboard)
+    except ImportError as err:
+        raise InputError(str(err)) from None
+    except ValueError as err:
+        raise InputError(f"--tensorboard {tensorboard}: {err}") from None
+    try:
+        with logger:
+            yield [logger]
+    except CallbackError as err:
+        raise InputError(f"--tensorboard {tensorboard}: {err}") from err
 
 
 class EvaluationBar:
@@ -89,6 +139,10 @@ def summary_lines(values: dict[str, Any]) -> list[str]:
                      f"{_number(values['ood_auroc'])}  AUPR {_number(values.get('ood_aupr'))}"
                      + (f" (base rate {base:.4f})" if isinstance(base, float) else "")
                      + "  [entropy score]")
+    if "agreement" in values:
+        lines.append(f"  reference agreement {_number(values['agreement'])}  total_variation "
+                     f"{_number(values.get('total_variation'))}   "
+                     f"({values.get('reference_rows', '?'):,} rows)")
     if isinstance(values.get("corruptions"), dict):
         lines += _corruption_lines(values["corruptions"])
     lines += health_lines(values.get("health"))
