@@ -23,6 +23,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import re
@@ -295,7 +296,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     num_draws = _positive(args.num_draws, "--num-draws")
     max_test = _positive(args.max_test, "--max-test")
-    with console.EvaluationBar(sys.stderr, bar=not args.no_progress) as progress:
+    bar = console.EvaluationBar(sys.stderr, bar=not args.no_progress)
+    with contextlib.closing(bar) as progress:
         values = run.reevaluate(args.run_dir, ood=args.ood, reference=args.reference,
                                 corruptions=args.corruptions, num_draws=num_draws,
                                 max_test=max_test, progress=progress)

@@ -115,12 +115,6 @@ class EvaluationBar:
             self.bar.close()
             self.bar = None
 
-    def __enter__(self) -> EvaluationBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def _number(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
