@@ -51,8 +51,9 @@ NOTES: dict[str, str] = {
     "gsm": "diagonal GSM matches each minibatch score exactly at one draw; GSM was designed "
            "for exact scores, and with minibatch noise on a network its variances overshoot "
            "(high NLL)",
-    "bam": "diagonal BaM (4 draws per step, lambda_t = B d/(t+1)) with minibatch scores: "
-           "designed for exact scores; on a network it is a heuristic and its NLL shows it",
+    "bam": "diagonal BaM (4 draws per step, the network default lambda_t = B/(4(t+1))) with "
+           "minibatch scores: designed for exact scores; on a network it is a heuristic and "
+           "its NLL shows it",
     "hmc": "full-batch HMC with 20 leapfrog steps per iteration and a short run: far from a "
            "converged reference (`bdlkit reference hmc` builds one)",
     "nuts": "Pyro NUTS with tree depth <= 6 and half its transitions as warm-up: a smoke run "

@@ -144,12 +144,13 @@ def test_step_size_schedules():
 
 
 def test_lam_scale_follows_the_problem(blr):
-    """lam_scale None: 1 on a Target (λ₀ = B·d), 1/d on a network (λ₀ = B)."""
+    """lam_scale None: 1 on a Target (λ₀ = B·d), 1/(4d) on a network (λ₀ = B/4)."""
     model, _, _, _ = blr
     d = sum(t.numel() for t in tree_leaves(model.init_params(torch.Generator())))
     on_net = bam.build(model, num_samples=4)
-    assert on_net.lam_scale == 1.0 / d
-    assert on_net.step_size(0, d) == pytest.approx(4.0) and on_net.step_size(3, d) == 1.0
+    assert on_net.lam_scale == 0.25 / d
+    assert on_net.step_size(0, d) == pytest.approx(1.0)
+    assert on_net.step_size(3, d) == pytest.approx(0.25)
     assert bam.build(model, lam_scale=0.5).lam_scale == 0.5  # a given value is kept
     assert bam.build(model, schedule=lambda t: 2.0).step_size(0, d) == 2.0
     target, *_ = correlated_gaussian()
