@@ -5,8 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# bdlkit reads data only where it is told: the data files next to the checkout, unless set
+export BDLKIT_DATA ?= $(abspath ../shared/data)
 
-.PHONY: test test-slow lint demo install clean
+.PHONY: test test-slow lint docs demo install clean
 
 $(STAMP): pyproject.toml requirements/dev.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,10 +19,16 @@ $(STAMP): pyproject.toml requirements/dev.lock
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests tutorials docs/conf.py
 
-test: lint
+# CI: lint, the strict docs build, then the tests (the tutorials' small sizes among them)
+test: lint docs
 	$(PY) -m pytest -n 2 -q $(PYTEST_ARGS)
+
+# the site, offline, strict: any warning or unresolved cross-reference fails the build
+docs: $(STAMP)
+	OMP_NUM_THREADS=1 $(VENV)/bin/sphinx-build -E -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs: site written to docs/_build/html/index.html"
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
@@ -29,4 +37,4 @@ demo: $(STAMP)
 	$(VENV)/bin/bdlkit demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache build docs/_build src/*.egg-info

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from torch import nn
 
 import bdlkit
 from blr_helpers import blr_data, blr_posterior  # noqa: F401 (re-exported)
+
+# The data files live next to the checkout (``../shared/data``); bdlkit itself only looks
+# where it is told (``BDLKIT_DATA``, ``./data``), so the suite tells it, as ``make`` does.
+_CHECKOUT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if not os.environ.get("BDLKIT_DATA") and _CHECKOUT_DATA.is_dir():
+    os.environ["BDLKIT_DATA"] = str(_CHECKOUT_DATA)
 
 
 @pytest.fixture

@@ -75,7 +75,8 @@ def infer(
         data: training data for a model: a Dataset, ``(x, y)`` tensors or a DataLoader
             (a DataLoader shuffles with its own generator: give it one for
             reproducible runs).
-        steps / epochs: how long to run (exactly one of them; epochs need data).
+        steps: how long to run, in steps (give exactly one of ``steps`` and ``epochs``).
+        epochs: how long to run, in passes over ``data``.
         seed: seeds initialisation, data order and algorithm noise.
         batch_size: minibatch size when ``data`` holds tensors.
         chains: parallel chains on a Target (default 4 for samplers, or the leading

@@ -120,8 +120,9 @@ def _write(out: Path, rows: list[dict[str, Any]], steps: int, seed: int, quick: 
         "",
         *(f"Not run: `{m}`: {why}." for m, why in SKIP.items()),
         *(f"`{m}`: {note}." for m, note in NOTES.items() if m in algorithms.METHODS), "",
-        "Reliability diagrams: " + ", ".join(
-            f"[{r['method']}](runs/{r['method']}/reliability.png)" for r in rows),
+        "Reliability diagrams: `runs/<method>/reliability.png` under the output folder "
+        "(written by the command, not committed), for " + ", ".join(
+            f"`{r['method']}`" for r in rows) + ".",
         "",
     ]
     body = "\n".join(text) + "\n"

@@ -1,6 +1,6 @@
 """Pytree utilities on top of optree, and frozen dataclass states.
 
-Parameters in bdlkit are pytrees of tensors (a single tensor for a :class:`Target`,
+Parameters in bdlkit are pytrees of tensors (a single tensor for a :class:`~bdlkit.problems.target.Target`,
 a ``dict[str, Tensor]`` for a network). Algorithms manipulate them only through
 these few functions, so every algorithm works for both.
 
@@ -84,7 +84,7 @@ def all_finite(tree: TensorTree) -> bool:
 
 
 def max_abs(tree: TensorTree) -> float:
-    """The largest |value| over the floating leaves (inf when any is NaN; 0 for none)."""
+    """The largest ``abs(value)`` over the floating leaves (inf when any is NaN; 0 for none)."""
     values = [t.detach().abs().max() for t in tree_leaves(tree)
               if torch.is_floating_point(t) and t.numel()]
     if not values:

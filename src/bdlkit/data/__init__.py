@@ -1,7 +1,7 @@
 """Data sets for bdlkit: one :func:`load` entry point over offline files and generators.
 
 Nothing is ever downloaded. Files are looked up under a data root (the ``root`` argument,
-``$BDLKIT_DATA``, ``./data`` or ``../shared/data``; see :mod:`bdlkit.data.roots`); a missing
+``$BDLKIT_DATA`` or ``./data``; see :mod:`bdlkit.data.roots`); a missing
 file raises :class:`DataNotFoundError` listing every path tried.
 
 Sources and split conventions (details in each module's docstring):
@@ -36,6 +36,7 @@ from bdlkit.data.roots import DataNotFoundError, candidate_roots
 from bdlkit.data.timeseries import forecasting_name, load_csv_series, load_forecasting
 from bdlkit.data.uci import UCI_FOLDERS, load_uci
 
+#: Every name :func:`load` accepts, with what the data set holds (``bdlkit list`` prints it).
 DATASETS: dict[str, str] = {
     "digits": "scikit-learn 8x8 digits (1797 images, 10 classes), stratified 70/30 split",
     "mnist": "MNIST 10k test set split into train/test (seeded; default 1000 train)",

@@ -59,6 +59,7 @@ from bdlkit.data.dataset import Dataset
 
 __all__ = ["CORRUPTIONS", "SEVERITIES", "corrupt", "corrupt_dataset", "gaussian_kernel"]
 
+#: Each corruption's parameter at severities 1–5.
 SEVERITIES: dict[str, dict[str, tuple[float, ...]]] = {
     "cifar10": {
         "gaussian_noise": (0.04, 0.06, 0.08, 0.09, 0.10),

@@ -25,7 +25,7 @@ from bdlkit.core.errors import DataError, DataWarning, caller_stacklevel
 
 Task = Literal["classification", "regression", "forecasting"]
 Where = Callable[[str, int], str]  # (array name, row) -> where it is, for a message
-MAX_CLASSES = 10_000  # cap on an inferred class count; a declared num_classes may exceed it
+MAX_CLASSES = 10_000  #: cap on an inferred class count; a declared num_classes may exceed it
 _SHOWN = 5  # classes listed in a warning
 
 

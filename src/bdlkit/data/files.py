@@ -56,8 +56,8 @@ from bdlkit.data.dataset import (
 )
 
 SUPPORTED_EXTENSIONS = (".npz", ".csv")
-LARGE_VALUE = 1e6  # a column whose max |value| exceeds this draws a DataWarning
-#: Training inputs whose root mean square exceeds this draw a DefaultsWarning: the zoo's
+LARGE_VALUE = 1e6  #: a column whose largest absolute value exceeds this draws a DataWarning
+#: Training inputs whose root mean square exceeds this draw a DefaultsWarning — the zoo's
 #: initialisation, the unit prior and the SG-MCMC step sizes assume inputs of order 1.
 INPUT_SCALE = 10.0
 _F32_MAX = float(torch.finfo(torch.float32).max)

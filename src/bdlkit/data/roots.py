@@ -5,9 +5,10 @@ Search order (first hit wins):
 1. the ``root`` argument (``--data-root`` on the command line): when given, it is
    the only place searched;
 2. the ``BDLKIT_DATA`` environment variable;
-3. ``./data`` under the current directory;
-4. ``../shared/data`` next to the current directory, then next to the source
-   checkout (a development install).
+3. ``./data`` under the current directory.
+
+A development checkout's ``make`` targets (and the test suite) set ``BDLKIT_DATA`` to the
+folder of data files next to the checkout when it is not already set.
 
 bdlkit never downloads data: a missing file is an error that lists every path tried.
 """
@@ -32,10 +33,7 @@ def candidate_roots(root: str | os.PathLike | None = None) -> list[Path]:
     env = os.environ.get(ENV_VAR)
     if env:
         roots.append(Path(env).expanduser())
-    cwd = Path.cwd()
-    roots += [cwd / "data", cwd.parent / "shared" / "data"]
-    checkout = Path(__file__).resolve().parents[3]  # src/bdlkit/data/roots.py -> repo root
-    roots.append(checkout.parent / "shared" / "data")
+    roots.append(Path.cwd() / "data")
     unique: list[Path] = []
     for r in roots:
         if r not in unique:

@@ -19,7 +19,7 @@ draws and returns a float64 tensor of shape ``coords`` on ``x.device`` (a scalar
   the z-scaled split draws; tail: on the z-scaled folded split draws ``|θ − median θ|``;
   ``rhat_vehtari21 = max(bulk, tail)``.
 - ESS: Geyer's initial monotone sequence estimator on multi-chain autocorrelations
-  (:func:`bdlkit.diagnostics._core.ess_core`). Bulk: on the z-scaled split draws; tail: the
+  (``bdlkit.diagnostics._core.ess_core``). Bulk: on the z-scaled split draws; tail: the
   minimum over the 5 % and 95 % quantiles of the ESS of the indicator ``θ ≤ q̂``; mean: on
   the raw split draws.
 

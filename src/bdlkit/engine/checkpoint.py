@@ -42,7 +42,7 @@ from bdlkit.core.serialization import (
 )
 
 FORMAT_VERSION = 1
-KEEP = 2  # checkpoints kept: the previous one survives damage to the newest
+KEEP = 2  #: checkpoints kept — the previous one survives damage to the newest
 _NAME = re.compile(r"^step-(\d{9})\.safetensors$")
 
 

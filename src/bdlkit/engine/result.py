@@ -95,7 +95,7 @@ class Result:
 
     @property
     def draws(self) -> Draws:
-        """Where the draws come from: the algorithm says (:mod:`bdlkit.core.draws`)."""
+        """Where the draws come from — the algorithm says (:mod:`bdlkit.core.draws`)."""
         kept = (KeptDraws(self.store, load=lambda: self.samples) if self.store is not None
                 else self._samples)  # a store is read from disk once, by self.samples
         if self.algorithm is not None and self.state is not None:
@@ -118,7 +118,7 @@ class Result:
 
     @property
     def params(self) -> TensorTree:
-        """The final point: chain position, optimum, variational mean or ensemble member 0."""
+        """The final point — chain position, optimum, variational mean or ensemble member 0."""
         if self.algorithm is None or self.state is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         return self.algorithm.params(self.state)

@@ -39,9 +39,13 @@ from bdlkit.core.tree import tree_leaves
 from bdlkit.families.diag_gaussian import DiagGaussian, sigma_summary
 from bdlkit.problems import Target
 
+#: The factor (either way) within which a σ that never moved stays of its initial value.
 SIGMA_FACTOR = 1.5
+#: The snapshot compared with the end of the run, as a fraction of the run.
 SNAPSHOT_FRACTION = 0.75
-MEAN_SHIFT = 0.5  # in final σ
+#: A mean that moved more than this many final σ since the snapshot has not converged.
+MEAN_SHIFT = 0.5
+#: A log σ that moved more than this since the snapshot has not converged.
 LOG_SIGMA_SHIFT = 0.3
 
 

@@ -5,7 +5,7 @@ Classification, in log space (``docs/metrics.md``)::
     log p̄(y | x) = logsumexp_s log p(y | x, θ_s) − log S
 
 accumulated draw by draw with ``logaddexp``, together with the mean entropy of the
-individual predictives E_s H[p(·|x, θ_s)] (for the mutual information
+individual predictives ``E_s H[p(·|x, θ_s)]`` (for the mutual information
 I = H[p̄] − E_s H[p_s], an OOD score) and, when labels are given, each draw's own
 accuracy and NLL (L2E reports them). Regression, for Gaussian predictives
 N(μ_s, σ_s²): the mixture's mean and variance (Welford updates, no E[μ²] − E[μ]²
@@ -51,12 +51,12 @@ class ClassificationBMA:
 
     @property
     def entropy(self) -> Tensor:
-        """H[p̄(·|x)] = −Σ_k p̄_k log p̄_k."""
+        """``H[p̄(·|x)] = −Σ_k p̄_k log p̄_k``."""
         return entropy_from_log_probs(self.log_probs)
 
     @property
     def mutual_information(self) -> Tensor:
-        """Epistemic part of the entropy: H[p̄] − E_s H[p_s] (≥ 0 up to rounding)."""
+        """Epistemic part of the entropy — H[p̄] − E_s H[p_s] (≥ 0 up to rounding)."""
         return (self.entropy - self.expected_entropy).clamp_min(0.0)
 
 
@@ -68,7 +68,7 @@ class RegressionBMA:
     var: Tensor
     num_samples: int
     log_density: Tensor | None = None  # (n,): log (1/S) Σ_s N(y; μ_s, σ_s²)
-    cdf: Tensor | None = None  # like y: the mixture CDF at y, (1/S) Σ_s Φ((y − μ_s)/σ_s)
+    cdf: Tensor | None = None  #: like y — the mixture CDF at y, (1/S) Σ_s Φ((y − μ_s)/σ_s)
 
     @property
     def predictive(self) -> GaussianPredictive:

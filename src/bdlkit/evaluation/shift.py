@@ -21,6 +21,7 @@ from bdlkit.evaluation.predictive import bma_over_inputs
 if TYPE_CHECKING:  # a result is read here, made by the engine above
     from bdlkit.engine.result import Result
 
+#: The corruption severities evaluated, mildest first.
 SEVERITIES = (1, 2, 3, 4, 5)
 CELL_MEMORY_BYTES = 1 << 30
 CELL_METRICS = ("accuracy", "nll", "ece")

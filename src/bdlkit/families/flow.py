@@ -265,7 +265,7 @@ class FlowApproximation:
 
     @property
     def mean(self) -> Any:
-        """E_q[θ]: Monte Carlo over 4096 draws of a fixed seed on the flowed coordinates."""
+        """E_q[θ] — Monte Carlo over 4096 draws of a fixed seed on the flowed coordinates."""
         return self._out(self._moments[0])
 
     @property

@@ -9,7 +9,7 @@ and their shapes, and maps a point or a stack of draws between the two forms::
     unflatten((*batch, d))            -> {name: (*batch, *shape)}
 
 ``batch`` is the number of leading dimensions (0 for one point, 1 for stacked draws).
-The order of the dict that :meth:`unflatten` returns is the problem's own, so the
+The order of the dict that :meth:`Layout.unflatten` returns is the problem's own, so the
 result can be passed to the problem as its parameters.
 """
 

@@ -16,7 +16,7 @@ The outer optimiser is Adam in optax's form, with ``eps_root`` (learned_optimiza
 
 with m̂, v̂ bias-corrected. ``reset_each_step`` reproduces the released script, which
 rebuilt Adam every outer step: then the update is always the step-1 update
-``−lr·ĝ/(sqrt(ĝ² + 1e-8) + 1e-8)`` (sign-SGD for |ĝ| ≫ 1e-4). Both are a few lines;
+``−lr·ĝ/(sqrt(ĝ² + 1e-8) + 1e-8)`` (sign-SGD for ``|ĝ| ≫ 1e-4``). Both are a few lines;
 torch.optim.Adam has no ``eps_root``, hence written here.
 """
 

@@ -136,7 +136,7 @@ def _decays(dtype: torch.dtype, device: torch.device) -> Tensor:
 
 
 def update_moments(moments: Leaves, grad: Leaves) -> Leaves:
-    """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is (6, *shape)."""
+    """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is ``(6, *shape)``."""
     out = []
     for m, g in zip(moments, grad):
         b = _decays(g.dtype, g.device).view(-1, *([1] * g.dim()))

@@ -237,7 +237,7 @@ class GaussianMixture:
     def crps(self, y: Tensor) -> Tensor:
         """The exact CRPS ``E|X − y| − ½ E|X − X'|`` (X, X' iid from the mixture) elementwise.
 
-        With ``A(μ, σ²) = E|N(μ, σ²)|`` (:func:`_abs_moment`),
+        With ``A(μ, σ²) = E|N(μ, σ²)|`` (``_abs_moment``),
         ``E|X − y| = (1/S) Σ_s A(y − loc_s, scale_s²)`` and
         ``E|X − X'| = (1/S²) Σ_s Σ_t A(loc_s − loc_t, scale_s² + scale_t²)``, whose diagonal
         terms are ``2 scale_s / √π`` and whose off-diagonal terms come in equal pairs:

@@ -1,7 +1,7 @@
 """Out-of-distribution detection from a BMA predictive (``docs/metrics.md``).
 
 OOD inputs are the positive class; the higher a score, the more OOD. Three scores:
-the predictive entropy H[p̄(·|x)], the negated max probability −max_k p̄_k, and the
+the predictive entropy ``H[p̄(·|x)]``, the negated max probability −max_k p̄_k, and the
 mutual information H[p̄] − E_s H[p_s] (epistemic uncertainty; needs per-draw entropies,
 see :class:`bdlkit.evaluation.predictive.ClassificationBMA`). AUROC and AUPR (average precision)
 come from scikit-learn (``roc_auc_score``, ``average_precision_score``), as in the

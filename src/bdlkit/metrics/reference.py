@@ -42,7 +42,7 @@ def agreement(probs: Tensor, ref: Tensor) -> float:
 
 
 def total_variation(probs: Tensor, ref: Tensor) -> float:
-    """Mean over inputs of ½ Σ_c |p̂ − p_ref|."""
+    """Mean over inputs of ``½ Σ_c |p̂ − p_ref|``."""
     _check(probs, ref)
     diff = probs.double() - ref.to(probs.device).double()
     return float(0.5 * diff.abs().sum(-1).mean())

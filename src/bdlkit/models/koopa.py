@@ -256,8 +256,8 @@ def _orthogonal(d: int, like: Tensor | None = None) -> Tensor:
     return u @ vh
 
 
-# (data set, horizon) -> (dynamic_dim, hidden_dim, hidden_layers, num_blocks) of the official
-# scripts (``thuml/Koopa`` ``scripts/*/Koopa.sh``); all use L = 2H, S = H, α = 0.2.
+#: (data set, horizon) -> (dynamic_dim, hidden_dim, hidden_layers, num_blocks) of the official
+#: scripts (``thuml/Koopa`` ``scripts/*/Koopa.sh``); all use L = 2H, S = H, α = 0.2.
 PRESETS: dict[tuple[str, int], tuple[int, int, int, int]] = {
     ("ett/ETTh2", 48): (64, 512, 2, 4), ("ett/ETTh2", 96): (64, 64, 2, 1),
     ("ett/ETTh2", 144): (64, 64, 3, 4), ("ett/ETTh2", 192): (64, 64, 2, 1),

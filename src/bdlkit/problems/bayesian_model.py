@@ -1,6 +1,6 @@
 """A Bayesian neural network posterior with a minibatch score oracle.
 
-The target density, with N training points, a minibatch B of size |B| and the
+The target density, with N training points, a minibatch B of size ``|B|`` and the
 temperature T (``docs/conventions.md``)::
 
     log π_T(θ | D) = (1/T) [ Σ_{i=1}^N log p(y_i | x_i, θ) + log p(θ) ] + const

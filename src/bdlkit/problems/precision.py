@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-#: name -> the autocast dtype (None: no autocast)
+#: The autocast dtype of each precision name (None means no autocast).
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
     "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16,
 }

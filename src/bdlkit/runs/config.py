@@ -81,7 +81,7 @@ class RunConfig:
                                  "patterns, comma-separated"}
     )
     data_root: str | None = field(
-        default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, ./data, ../shared/data)"}
+        default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, then ./data)"}
     )
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
     dtype: str = field(
@@ -172,7 +172,7 @@ class ConfigValueError(InputError):
 
     @property
     def option(self) -> str:
-        """The command-line option: ``--seed``, ``--lr`` (for ``hyper.lr``)."""
+        """The command-line option — ``--seed``, ``--lr`` (for ``hyper.lr``)."""
         return "--" + self.key.split(".")[-1].replace("_", "-")
 
     def relabel(self, label: str) -> ConfigValueError:

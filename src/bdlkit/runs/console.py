@@ -25,7 +25,8 @@ from bdlkit.core.errors import InputError
 from bdlkit.evaluation.plan import EvaluationPlan
 from bdlkit.evaluation.shift import severity_means
 
-# tqdm's default redraw interval (0.1 s) makes one line per update in a log file
+#: Seconds between progress lines when stdout is not a terminal (tqdm's default redraw
+#: interval, 0.1 s, makes one line per update in a log file).
 NON_TTY_MININTERVAL = 30.0
 MAIN_METRICS = ("accuracy", "rmse", "mse", "nll", "ece", "mae", "crps")
 

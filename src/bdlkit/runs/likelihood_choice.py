@@ -35,6 +35,7 @@ BY_TASK: dict[str, tuple[str, ...]] = {
 }
 DEFAULTS = {"classification": "categorical", "regression": "gaussian",
             "forecasting": "gaussian"}
+#: The names ``--likelihood`` accepts.
 CHOICES = (AUTO, "categorical", "bernoulli", "gaussian", "gaussian:<sigma>", "heteroscedastic")
 
 

@@ -204,7 +204,7 @@ class HMC(Sampler):
 
     @property
     def warmup_steps(self) -> int:
-        """Iterations spent adapting ε: the runner's default burn-in covers them."""
+        """Iterations spent adapting ε — the runner's default burn-in covers them."""
         return self.adapting_for
 
     def step_size_now(self, state: HMCState) -> float:

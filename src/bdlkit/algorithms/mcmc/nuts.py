@@ -61,7 +61,7 @@ class NUTSState:
     inverse_mass: Tensor  # diagonal, (D,) or (chains, D)
 
 
-#: parameters × training rows above which NUTS on a network warns before the run: digits'
+#: parameters × training rows above which NUTS on a network warns before the run — digits'
 #: MLP (7 510 × 1 257 ≈ 1e7) takes 25 s for 30 transitions on 2 cores, so 1e8 is minutes
 #: and MNIST-5000's MLP (4e8) about 20 minutes (``bdlkit bench defaults``).
 COSTLY = 1e8
@@ -188,7 +188,7 @@ class NUTS(Sampler):
 
     @property
     def warmup_steps(self) -> int:
-        """Transitions of Pyro's adaptation: the runner's default burn-in covers them."""
+        """Transitions of Pyro's adaptation — the runner's default burn-in covers them."""
         return default_adaptation(self.warmup, WARMUP, None)
 
     def _kernel(self, state: NUTSState, z: Tensor, step_size: float, inverse_mass: Tensor,

@@ -61,7 +61,7 @@ from bdlkit.l2e.pretrained import Pretrained, load_meta_params, load_pretrained
 from bdlkit.problems import Target
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
-#: The options that override the Constants of the same name (None: the stored one).
+#: The options that override the Constants of the same name (None — the stored one).
 CONSTANTS = tuple(f.name for f in fields(Constants))
 
 
@@ -130,7 +130,7 @@ class L2E(Sampler):
 
     @property
     def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
-        """Version 1 of the update, with the meta-parameters' digest: a checkpoint written
+        """Version 1 of the update, with the meta-parameters' digest — a checkpoint written
         with other meta-parameters (a re-trained file, another path) is not resumed."""
         return f"1+{self.meta_digest}"
 

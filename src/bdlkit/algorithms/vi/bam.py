@@ -105,7 +105,7 @@ from bdlkit.problems import Target
 KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 
 BaMState = ProjectionState
-#: lam_scale·d on a network when lam_scale is None: λ_t = B/(4(t + 1)) (module docstring).
+#: lam_scale·d on a network when lam_scale is None — λ_t = B/(4(t + 1)) (module docstring).
 NETWORK_LAM_SCALE = 0.25
 
 
@@ -222,7 +222,7 @@ class BaM(GaussianProjectionVI):
             "constant" (lam_scale·B·d), or a callable t -> λ_t.
         init_std: σ of q₀ around the initial parameters; None: 1 on a Target, 0.01 on a
             network.
-        patience: rejected updates in a row before :meth:`status` reports
+        patience: rejected updates in a row before :meth:`~bdlkit.algorithms.vi.gaussian_projection.GaussianProjectionVI.status` reports
             ``"numerical_failure"``.
     """
 

@@ -8,7 +8,7 @@ Minimises the Fisher divergence between q_λ = N(μ, diag σ²), λ = (μ, ρ = 
 
 with s = ∇_θ log π̂ the score of the problem's *differentiable* log density:
 ``BayesianModel.log_posterior(params, batch)`` (the minibatch value, scaled exactly like
-``value_and_score``: (1/T)[(N/|B|) Σ log p(y|x,θ) + log p(θ)]), or ``Target.log_prob``. The
+``value_and_score``: ``(1/T)[(N/|B|) Σ log p(y|x,θ) + log p(θ)]``), or ``Target.log_prob``. The
 1/N² keeps the loss O(1) per datum; the argmin is unchanged. Unlike ADVI and score VI,
 ∇_λ L̂ differentiates *through* s(θ(λ)): it needs ∂s/∂θ·∂θ/∂λ, Hessian-vector products
 of log π, computed with ``torch.func`` (a ``grad`` of a function that calls ``grad``).

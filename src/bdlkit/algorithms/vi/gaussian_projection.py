@@ -6,7 +6,7 @@ The map can fail numerically (a covariance that is not positive definite, a NaN 
 at high dimension these are the failure modes the SSM-prox paper reports). A failed
 update is **rejected**: the state keeps q_t, counts the rejection, and the step reports
 ``info["accepted"] = 0`` instead of raising, as GSM's reference code rejects a
-non-positive-definite update. :func:`status` turns a state into ``"ok"`` or
+non-positive-definite update. :meth:`GaussianProjectionVI.status` turns a state into ``"ok"`` or
 ``"numerical_failure"`` (``patience`` rejections in a row: the method is stuck), which is
 what the benchmarks record.
 

@@ -21,7 +21,7 @@ under the map, so the best approximation is unchanged too (a diagonal q_z maps t
 the units of the learning rate change: in z every coordinate has curvature 1 at the mode.
 
 :func:`bdlkit.infer` starts VI on a Target here by default (``start=``); the posteriordb
-benchmark starts every method here (:mod:`bdlkit.bench.laplace_start`). This is the role a
+benchmark starts every method here (``bdlkit.bench.laplace_start``). This is the role a
 pretrained network plays for VI on a BNN, and what Pathfinder's L-BFGS start does for Stan.
 """
 

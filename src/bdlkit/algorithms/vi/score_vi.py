@@ -308,7 +308,9 @@ def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: 
 def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
                  scores: TensorTree, alpha: float, centred: bool = False,
                  antithetic: bool = False) -> DiagGaussianParams:
-    """∇_λ of the Rao-Blackwellised loss (docs/vi.md), per coordinate, with a = 1/σ²::
+    """∇_λ of the Rao-Blackwellised loss (docs/vi.md).
+
+    Per coordinate, with a = 1/σ²::
 
         ∂μ = 2(1+α) a² (μ − μ_t) − 2a·mean_k ŝ_k
         ∂a = α[2a(μ − μ_t)² − 2(a_t − a)σ_t²] + 2a(σ_t² + (μ_t − μ)²) + 2·mean_k (θ_k − μ) ŝ_k
@@ -352,7 +354,9 @@ def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,
 
 def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
                  scores: TensorTree, alpha: float) -> DiagGaussianParams:
-    """∇_λ of the plain Monte Carlo loss (docs/vi.md), R_k = (1+α) g_λ(θ_k) − α g_t(θ_k) − ŝ_k::
+    """∇_λ of the plain Monte Carlo loss (docs/vi.md).
+
+    With R_k = (1+α) g_λ(θ_k) − α g_t(θ_k) − ŝ_k::
 
         ∂μ = mean_k 2 R_k / σ²,   ∂ρ = mean_k 4 R_k (θ_k − μ) / σ²
     """

@@ -13,7 +13,7 @@ and S draws θ_k ~ q_t::
 
 ``loss="rb"`` (Rao-Blackwellised): m1 = μ_t, v = σ_t² and the *centred* cross-covariance
 Ĉ = Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), unbiased for E[(θ − μ_t) ŝ] and free of the noise
-∝ |μ_t − mode|/σ_t that the uncentred mean_k (θ_k − μ_t) ŝ_k carries (it blew up from a
+∝ ``|μ_t − mode|/σ_t`` that the uncentred mean_k (θ_k − μ_t) ŝ_k carries (it blew up from a
 tiny σ₀). With antithetic pairs θ = μ_t ± σ_t ε the draws sum to μ_t, so Ĉ = mean_k
 (θ_k − μ_t) ŝ_k is already centred and unbiased: it is the finite-difference Hutchinson
 estimate ε ⊙ H(σ_t ε)/σ_t of the Hessian diagonal, whose noise comes from the Hessian's
@@ -29,13 +29,13 @@ so σ moves by a fixed fraction per step whatever its scale (tiny σ₀ are no p
 Gaussian target N(m, Λ⁻¹), D = diag Λ, the mean iteration converges iff
 ω·λ_max(D⁻¹Λ) < 2(1 + α).
 
-The divergence guard: δ_t = max_i |Δμ_i|·√a_i, averaged per window of ``GUARD_WINDOW``
+The divergence guard: ``δ_t = max_i |Δμ_i|·√a_i``, averaged per window of ``GUARD_WINDOW``
 steps. When the window mean grows by more than ``GUARD_GROWTH`` over the previous one in
 ``GUARD_PATIENCE`` windows in a row (one window's growth is often minibatch noise on a
 network), or λ becomes non-finite, or a draw's score does, λ is restored from the start
 of the earlier window and ω halved; after ``GUARD_MAX_HALVINGS`` halvings it raises,
 recommending the gradient solver. The growth test waits while σ itself is still moving
-(median |Δ log σ| over the window above ``SETTLED_LOG_SIGMA``: as σ grows from a tiny σ₀
+(median ``|Δ log σ|`` over the window above ``SETTLED_LOG_SIGMA``: as σ grows from a tiny σ₀
 the standardised step grows with it, which is not divergence) and ignores means below
 ``GUARD_TOL`` σ (convergence). A non-finite â is dropped from the average and a precision
 below ``a_min`` clipped, both counted in ``info``. The window sizes are tuning values,
@@ -195,7 +195,7 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
 
 
 def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -> float:
-    """Median over coordinates of |Δ log σ| across the window."""
+    """Median over coordinates of ``|Δ log σ|`` across the window."""
     diffs = [(n - o).abs().reshape(-1) for n, o in zip(tree_leaves(new.rho),
                                                         tree_leaves(old.rho))]
     return float(torch.cat(diffs).median())

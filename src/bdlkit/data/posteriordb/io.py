@@ -70,7 +70,7 @@ class ReferenceDraws:
 
     @property
     def draws(self) -> np.ndarray:
-        """All draws, chain after chain: ``(num_chains * draws_per_chain, k)``."""
+        """All draws, chain after chain — ``(num_chains * draws_per_chain, k)``."""
         return self.chains.reshape(-1, self.chains.shape[-1])
 
     def select(self, names: list[str]) -> np.ndarray:

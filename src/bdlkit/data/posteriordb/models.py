@@ -1,7 +1,7 @@
 """The posteriordb log densities, re-implemented in torch from the Stan programs.
 
 Every model maps a batch of unconstrained parameters ``theta`` ``(n, d)``, laid out in
-the order of the Stan ``parameters`` block, to
+the order of the Stan ``parameters`` block, to::
 
     log p(theta) = log p(y | c(theta)) + log p(c(theta)) + log |det J_c(theta)|,
 
