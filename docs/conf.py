@@ -56,20 +56,26 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(torch|numpy|np|arviz|zuko|pyro|matplotlib|safetensors|optree|sklearn|"
                r"scipy|yaml|tqdm|filelock|collections|typing|typing_extensions|"
                r"pathlib|os|io|json|dataclasses|enum|abc|concurrent|contextlib|"
-               r"argparse|threading|logging|types|functools|numbers|warnings|inspect|csv)\b.*"),
-    # generic types that the annotation parser splits at a comma
-    (r"py:class", r"'?(list|tuple|dict)\[.*"),
+               r"argparse|threading|logging|types|functools|numbers|warnings|inspect|csv)"
+               r"(\..*)?"),
+    # bare names of other projects' and Python's types, as annotations show them (exact)
     (r"py:.*", r"(Tensor|Module|Generator|Path|Callable|Iterable|Iterator|Mapping|Sequence|"
                r"Any|Literal|Optional|Union|ClassVar|Self|TypeAlias|ndarray|DataLoader|"
-               r"Dataset|dtype|device|NoneType|PathLike|TextIO|Protocol)\b.*"),
-    (r"py:.*", r"(int|float|str|bool|bytes|dict|list|tuple|set|frozenset|object|type|"
+               r"dtype|device|NoneType|PathLike|TextIO|Protocol|"
+               r"int|float|str|bool|bytes|dict|list|tuple|set|frozenset|object|type|"
                r"None|Exception|RuntimeError|ValueError|TypeError|KeyError|OSError|"
                r"UserWarning|Warning|KeyboardInterrupt|BaseException|slice|range|"
-               r"callable|optional|default|array_like|sequence|iterable|mapping)$"),
-    # type aliases (``Schedule = Callable[[int], float]``): autodoc shows them by name
-    (r"py:class", r"(bdlkit\.[\w.]+\.)?(Schedule|TensorTree|Params|Draw|Flat|MetaParams|T|"
-                  r"Batch|Scalar|PathLike)$"),
+               r"callable|optional|default|array_like|sequence|iterable|mapping)"),
+    # generic types that the annotation parser splits at a comma
+    (r"py:class", r"'?(list|tuple|dict)\[.*"),
+    # bdlkit's type aliases (``Schedule = Callable[[int], float]``): autodoc shows them by name
+    (r"py:class", r"(bdlkit\.[\w.]+\.)?(Schedule|TensorTree|Params|Draw|Flat|MetaParams|"
+                  r"Batch|Scalar|Leaves|Task|Where|State)"),
+    (r"py:class", r"bdlkit\.core\.tree\.T"),  # the TypeVar of tree functions
 ]
+# Napoleon reads a property's or constant's first docstring line of the form "Words: more"
+# as "type: description", so such a line fails the build as an unresolved class "Words";
+# write "Words — more" instead (docs/gotchas.md).
 
 html_theme = "furo"
 html_title = f"bdlkit {release}"
@@ -117,18 +123,20 @@ def _resolve_reexport(app, env, node, contnode):
 def _resolve_by_identity(app, env, node, contnode, candidates):
     """A constant imported into the module that mentions it (``MAX_CLASSES``) has no
     ``__module__``: find the documented object that *is* the same value."""
-    objs = [obj for obj in map(_lookup, candidates) if obj is not None]
+    objs = [obj for obj in map(_lookup, candidates)
+            if obj is not None and not isinstance(obj, (str, bool))]  # interned: ambiguous
     if not objs:
         return None
     domain = env.get_domain("py")
     last = node["reftarget"].rsplit(".", 1)[-1]
-    for fullname in list(domain.objects):
-        if fullname.rsplit(".", 1)[-1] == last and any(_lookup(fullname) is o for o in objs):
-            new = node.deepcopy()
-            new["reftarget"] = fullname
-            return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
-                                       fullname, new, contnode)
-    return None
+    matches = [name for name in list(domain.objects) if name.rsplit(".", 1)[-1] == last
+               and any(_lookup(name) is o for o in objs)]
+    if len(matches) != 1:  # none, or an equal small int under the same name elsewhere
+        return None
+    new = node.deepcopy()
+    new["reftarget"] = matches[0]
+    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
+                               matches[0], new, contnode)
 
 
 def _lookup(name: str):
@@ -137,12 +145,12 @@ def _lookup(name: str):
     for cut in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
+        except Exception:  # not a module, or one that fails to import: not this name
             continue
         try:
             for attr in parts[cut:]:
                 obj = getattr(obj, attr)
-        except AttributeError:
+        except Exception:
             return None
         return obj
     return None

@@ -5,7 +5,8 @@ bdlkit on the embedded digits data (an MLP) and reports test accuracy, NLL and E
 Part 2 meta-trains a kinetic energy of our own with the API behind
 ``bdlkit meta-train l2e --budget-minutes M --out DIR`` (evolution strategies over small
 offline tasks; resumable), then fits L2E again with ``meta_params=DIR/meta_params.safetensors``.
-It asserts that the home-made sampler beats always predicting the most frequent test class.
+It asserts that the home-made sampler reaches 0.9 test accuracy, above what any untrained
+phi gives (0.01-0.80).
 Run: ``python tutorials/l2e_sampler.py [--small] [--out DIR]``.
 """
 
@@ -22,6 +23,8 @@ import bdlkit
 from bdlkit.l2e.meta_train import MetaTrainConfig, meta_train
 
 SEED = 0
+#: asserted accuracy on digits: above every untrained phi (0.01-0.80, seeds 0-3)
+TRAINED = 0.9
 
 
 def fit_digits(ds, meta_params: str | Path, epochs: int, seed: int) -> dict[str, float]:
@@ -76,11 +79,11 @@ def main(small: bool, out: Path, seed: int = SEED) -> dict[str, float]:
     print(f"own L2E on digits: accuracy {mine['accuracy']:.3f}, NLL {mine['nll']:.3f}, "
           f"ECE {mine['ece']:.3f}, failed health checks {mine['health']}")
 
-    print(f"outcome: own meta-parameters accuracy {mine['accuracy']:.3f} vs majority class "
-          f"{majority:.3f} (shipped {shipped['accuracy']:.3f})")
-    assert mine["accuracy"] > majority + 0.01, (
-        f"the sampler with our meta-parameters ({mine['accuracy']:.3f}) does not beat the "
-        f"majority-class predictor ({majority:.3f})")
+    print(f"outcome: own meta-parameters accuracy {mine['accuracy']:.3f} > {TRAINED} "
+          f"(majority class {majority:.3f}, shipped {shipped['accuracy']:.3f})")
+    assert mine["accuracy"] > TRAINED, (
+        f"the sampler with our meta-parameters ({mine['accuracy']:.3f}) is not above "
+        f"{TRAINED}, the best an untrained phi reaches being 0.80 (majority {majority:.3f})")
     return {"own": mine["accuracy"], "shipped": shipped["accuracy"], "majority": majority}
 
 

@@ -58,9 +58,11 @@ def main(small: bool, out: Path, seed: int = SEED) -> dict[str, object]:
     #    loss (docs/conventions.md): if SGD diverges at an lr, so does SGLD. lr = 5 does.
     try:
         digits_run(ds, seed, epochs, lr=5.0)
-        print("lr 5.0: ran to the end (unexpected on digits)")
+        diverged = False
     except bdlkit.NonFiniteError as err:
         print(f"lr 5.0: NonFiniteError: {err}")
+        diverged = True
+    assert diverged, "SGLD at lr 5 on digits ran to the end: the divergence stop did not act"
     good = bdlkit.evaluate(digits_run(ds, seed, epochs, lr=0.5), ds)
     m = good.metrics
     print(f"lr 0.5: accuracy {m['accuracy']:.3f}, NLL {m['nll']:.3f}, ECE {m['ece']:.3f}; "

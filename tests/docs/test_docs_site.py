@@ -17,8 +17,8 @@ from bdlkit.data import DATASETS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("sphinx") is None,
-                                reason="the docs extra (sphinx) is not installed")
+needs_sphinx = pytest.mark.skipif(importlib.util.find_spec("sphinx") is None,
+                                  reason="the docs extra (sphinx) is not installed")
 
 GOOD_MODULE = ('"""A module whose docstrings render: see :func:`probe_function`."""\n\n'
                'def probe_function(x: int) -> int:\n'
@@ -34,7 +34,7 @@ def _build(tmp_path: Path, page: str, module: str) -> subprocess.CompletedProces
     shutil.copy(DOCS / "conf.py", src / "conf.py")
     (src / "index.md").write_text(page)
     (tmp_path / "probe_module.py").write_text(module)
-    env = {"PATH": "", "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env = {"PATH": "", "PYTHONPATH": f"{tmp_path}:{ROOT / 'src'}", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-n", "-q", "-b", "html",
          str(src), str(tmp_path / "html")],
@@ -45,23 +45,27 @@ def _page(body: str) -> str:
     return "# Probe\n\n```{eval-rst}\n.. automodule:: probe_module\n```\n\n" + body + "\n"
 
 
+@needs_sphinx
 def test_a_correct_page_builds(tmp_path):
     proc = _build(tmp_path, _page("See {func}`probe_module.probe_function`."),
                   GOOD_MODULE)
     assert proc.returncode == 0, proc.stderr
 
 
+@needs_sphinx
 def test_a_broken_cross_reference_fails_the_build(tmp_path):
     proc = _build(tmp_path, _page("See {func}`probe_module.no_such_function`."), GOOD_MODULE)
     assert proc.returncode != 0
     assert "no_such_function" in proc.stderr and "not found" in proc.stderr
 
 
+@needs_sphinx
 def test_a_broken_link_between_pages_fails_the_build(tmp_path):
     proc = _build(tmp_path, _page("See [the missing page](missing.md)."), GOOD_MODULE)
     assert proc.returncode != 0 and "missing.md" in proc.stderr
 
 
+@needs_sphinx
 def test_a_docstring_that_does_not_render_fails_the_build(tmp_path):
     proc = _build(tmp_path, _page(""), BAD_MODULE)
     assert proc.returncode != 0 and "oops" in proc.stderr
