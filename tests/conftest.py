@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,13 @@ from blr_helpers import blr_data, blr_posterior  # noqa: F401 (re-exported)
 _CHECKOUT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if not os.environ.get("BDLKIT_DATA") and _CHECKOUT_DATA.is_dir():
     os.environ["BDLKIT_DATA"] = str(_CHECKOUT_DATA)
+
+# The Ctrl-C tests need SIGINT's default disposition; a launcher that set it to "ignore"
+# (some background and CI launches do, and bdlkit rightly keeps an ignored signal ignored)
+# would make them fail for reasons outside the code under test. Restore it for the suite,
+# and for the processes the tests start (an ignored disposition is inherited across exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
