@@ -1,4 +1,4 @@
-"""Koopa (docs/koopa.md): shapes, the per-window operator against lstsq, vmap over weight
+"""Koopa (docs/koopa_derivations.md): shapes, the per-window operator against lstsq, vmap over weight
 draws, the mask spectrum and the official sizes."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bdlkit.models.koopa import (
 )
 
 CHANNELS = {"ett/ETTh2": 7, "exchange_rate": 8, "ili": 7}
-# docs/koopa.md §5.1: the parameter counts of the official configurations
+# docs/koopa_derivations.md §5.1: the parameter counts of the official configurations
 COUNTS = {
     ("ett/ETTh2", 48): 567_808, ("ett/ETTh2", 96): 126_080, ("ett/ETTh2", 144): 207_616,
     ("ett/ETTh2", 192): 231_296, ("exchange_rate", 48): 694_960,
@@ -161,7 +161,7 @@ def test_mask_spectrum_finds_a_sinusoid_and_the_dc_bin() -> None:
     ("ili", 36, set(range(7))),
 ])
 def test_mask_spectra_of_the_shipped_files(name, horizon, expected) -> None:
-    """docs/koopa.md §5.2: the sets the reference code computes on the training loader."""
+    """docs/koopa_derivations.md §5.2: the sets the reference code computes on the training loader."""
     from bdlkit.data import load_forecasting
 
     ds = load_forecasting(name, horizon=horizon, features="M")
@@ -183,7 +183,7 @@ def test_bad_sizes_are_refused() -> None:
 
 @pytest.mark.slow
 def test_deterministic_koopa_reaches_the_published_accuracy_on_etth2_48() -> None:
-    """docs/koopa.md §2 and §5.3: the Koopa protocol on ETTh2 H = 48 (about 80 s on 2 cores); a
+    """docs/koopa_derivations.md §2 and §5.3: the Koopa protocol on ETTh2 H = 48 (about 80 s on 2 cores); a
     re-implementation measured 0.237-0.240 MSE and 0.307-0.309 MAE over three seeds."""
     from bdlkit.bench.forecast_baseline import train_forecaster
     from bdlkit.data import load_forecasting

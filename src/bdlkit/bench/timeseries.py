@@ -7,14 +7,14 @@ a flow family improve on ADVI? Measured next to MAP and an SG-MCMC sampler.
 
 Data (:func:`bdlkit.data.load_forecasting`, all channels, ``features="M"``): the official
 borders, StandardScaler on the training rows, look-back L = 2H, metrics in scaled units
-(``docs/protocols.md``, ``docs/koopa.md``). Tasks (:data:`TASKS`): ETTh2 H = 48 and 96, Exchange H = 48, ILI H = 24.
+(``docs/protocols.md``, ``docs/koopa_derivations.md``). Tasks (:data:`TASKS`): ETTh2 H = 48 and 96, Exchange H = 48, ILI H = 24.
 
 Rows (:data:`ROWS`):
 
 * ``koopa``: the deterministic Koopa of the papers (:mod:`bdlkit.bench.forecast_baseline`:
   Adam 1e-3, MSE, ≤ 10 epochs, early stopping on the validation MSE, dropout 0.05); its NLL
   and CRPS use one Gaussian per channel with σ_c² = the validation MSE of channel c (the
-  floor for a point model, ``docs/koopa.md`` §2);
+  floor for a point model, ``docs/koopa_derivations.md`` §2);
 * ``map``, ``advi``, ``score_vi`` (its default, the gradient solver: ADVI's iterates, kept as
   the control it is), ``score_vi_prox`` (the gradient solver with K = 4 inner steps per
   anchor and natural preconditioning, where the proximal term acts), ``advi_flow`` and
@@ -79,7 +79,7 @@ SEEDS = 3
 FLOW_ON = "last_block"
 #: One spline coupling of width 16 on the last block's operator (D² = 4 096 values on
 #: ETTh2): 0.23-0.26 s a step against 0.79-0.88 s for the default three of width 32, and a
-#: flow on D = 128's 16 384 values ran out of 24 GB (docs/koopa.md §3).
+#: flow on D = 128's 16 384 values ran out of 24 GB (docs/koopa_derivations.md §3).
 FLOW = {"family": "flow", "flow_on": FLOW_ON, "flow_transforms": 1, "flow_hidden": 16}
 #: Rows run on some tasks only (the flow fits on D = 64's operator, and costs 15x a step).
 ROW_TASKS: dict[str, tuple[str, ...]] = {"advi_flow": ("etth2-96",),

@@ -55,7 +55,7 @@ CLAIMS: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "score_flow_improves": ("score_vi_flow", "score_vi", ("nll", "crps"),
                             "the flow family improves on the diagonal score_vi (NLL, CRPS)"),
 }
-#: docs/koopa.md §5.3: the Koopa paper's table (MSE, MAE) and an independent
+#: docs/koopa_derivations.md §5.3: the Koopa paper's table (MSE, MAE) and an independent
 #: re-implementation of the protocol (mean of three seeds; ETTh2 H = 96 one seed).
 PAPER = {"etth2-48": (0.226, 0.300), "etth2-96": (0.297, 0.349), "exchange-48": (0.042, 0.143),
          "ili-24": (1.621, 0.800)}
@@ -174,7 +174,7 @@ def reference_table(rows: Sequence[Record]) -> str:
         paper, note = PAPER[row["task"]], NOTE[row["task"]]
         out.append({"task": row["task"], "MSE (ours)": row["mse"], "MAE (ours)": row["mae"],
                     "MSE / MAE (Koopa paper)": f"{paper[0]} / {paper[1]}",
-                    "MSE / MAE (re-implementation, docs/koopa.md §5.3)": f"{note[0]} / {note[1]}"})
+                    "MSE / MAE (re-implementation, docs/koopa_derivations.md §5.3)": f"{note[0]} / {note[1]}"})
     return figures.markdown_table(out, floatfmt=".4f")
 
 

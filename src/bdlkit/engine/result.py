@@ -253,7 +253,7 @@ class Result:
         """The predictive of a forecaster at windows ``x (n, L, C)``: the mixture over draws
         of the per-draw Gaussians, a :class:`~bdlkit.metrics.forecasting.GaussianMixture`
         with ``mean``, ``var``, ``quantile(τ)``, ``interval(level)``, ``log_prob``, ``cdf``
-        and ``crps`` (``docs/koopa.md`` §4)."""
+        and ``crps`` (``docs/koopa_derivations.md`` §4)."""
         if self.problem is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         if num_samples < 1:

@@ -2,7 +2,7 @@
 
 Re-implemented for bdlkit from the paper and the MIT-licensed reference code
 (``thuml/Koopa``, Copyright (c) 2022 THUML @ Tsinghua University); no code was copied.
-``docs/koopa.md`` §1 gives the derivations and the deviations. For an input window
+``docs/koopa_derivations.md`` §1 gives the derivations and the deviations. For an input window
 ``x`` of shape ``(B, L, C)`` (look-back L, C channels, already StandardScaled):
 
 1. **Stationarise**: per window and channel ``μ = mean_t x``, ``σ = sqrt(var_t x + 1e-5)``
@@ -198,7 +198,7 @@ class Koopa(nn.Module):
 
     @property
     def parameter_groups(self) -> dict[str, tuple[str, ...]]:
-        """Named subsets for ``bayesian=`` and ``flow_on=`` (``docs/koopa.md`` §3)."""
+        """Named subsets for ``bayesian=`` and ``flow_on=`` (``docs/koopa_derivations.md`` §3)."""
         last = str(len(self.dec_inv) - 1)
         return {
             "operators": ("operators",),

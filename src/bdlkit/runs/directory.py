@@ -105,13 +105,13 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
 
 def forecast_noise(ds: Any) -> list[float]:
     """Each channel's persistence error on the training windows: where a forecast's
-    learned σ per channel starts (``docs/koopa.md`` §3)."""
+    learned σ per channel starts (``docs/koopa_derivations.md`` §3)."""
     return persistence_noise(ds.x_train, ds.y_train).tolist()
 
 
 def forecast_likelihood(ds: Any) -> Gaussian:
     """A Gaussian with one learned σ per channel, starting at the channel's persistence error
-    on the training windows (``docs/koopa.md`` §3)."""
+    on the training windows (``docs/koopa_derivations.md`` §3)."""
     return likelihood_choice.build("gaussian", "forecasting", forecast_noise(ds))
 
 
