@@ -1,6 +1,7 @@
 """The deterministic forecaster of the Koopa papers: Adam on the MSE with early stopping.
 
-The protocol of ``thuml/Koopa`` (``exp/exp_main.py``; ``docs/koopa_derivations.md`` §2), re-implemented:
+The protocol of ``thuml/Koopa`` (``exp/exp_main.py``; ``docs/koopa_derivations.md`` §2),
+re-implemented:
 Adam (lr 1e-3, no weight decay) on the mean squared error in scaled units, batch 32
 shuffled with ``drop_last``, at most 10 epochs with the ``type1`` schedule
 (``lr · 0.5^(e−1)`` after epoch e), the validation MSE after each epoch, patience 3 and

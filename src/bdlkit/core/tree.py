@@ -1,8 +1,8 @@
 """Pytree utilities on top of optree, and frozen dataclass states.
 
-Parameters in bdlkit are pytrees of tensors (a single tensor for a :class:`~bdlkit.problems.target.Target`,
-a ``dict[str, Tensor]`` for a network). Algorithms manipulate them only through
-these few functions, so every algorithm works for both.
+Parameters in bdlkit are pytrees of tensors (a single tensor for a
+:class:`~bdlkit.problems.target.Target`, a ``dict[str, Tensor]`` for a network). Algorithms
+manipulate them only through these few functions, so every algorithm works for both.
 
 ``pytree_dataclass`` turns a class into a frozen dataclass registered with optree
 (namespace ``"bdlkit"``), so states can be flattened for checkpoints, mapped over

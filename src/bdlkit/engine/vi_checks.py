@@ -39,7 +39,7 @@ from bdlkit.core.tree import tree_leaves
 from bdlkit.families.diag_gaussian import DiagGaussian, sigma_summary
 from bdlkit.problems import Target
 
-#: The factor (either way) within which a σ that never moved stays of its initial value.
+#: A median σ within this factor (either way) of its initial value has never moved.
 SIGMA_FACTOR = 1.5
 #: The snapshot compared with the end of the run, as a fraction of the run.
 SNAPSHOT_FRACTION = 0.75

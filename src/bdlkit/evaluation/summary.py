@@ -9,7 +9,8 @@ split → metrics (:mod:`bdlkit.metrics`), and optionally
 * covariate shift: six corruptions at five severities (:mod:`bdlkit.data.corruptions`),
   all cells predicted in one pass over the draws (:mod:`bdlkit.evaluation.shift`);
 * run health (:mod:`bdlkit.evaluation.health`): the failed checks, each with its fix;
-* sampling diagnostics of a sampler run (:func:`~bdlkit.evaluation.sampling.sampler_diagnostics`): single-chain ESS
+* sampling diagnostics of a sampler run
+  (:func:`~bdlkit.evaluation.sampling.sampler_diagnostics`): single-chain ESS
   (L2E's TFP formula) and per-chain split R̂ (Sommer et al.; ``docs/metrics.md``) on the weights
   layer by layer and on function-space quantities (predictive probabilities on a probe
   set).

@@ -14,7 +14,8 @@ Each cycle has two phases, by the position u = mod(k, P)/P:
 
 Draws are kept only in the sampling phase: ``samples_per_cycle`` draws per cycle,
 ``sample_spacing`` steps apart (default: spread evenly over the sampling phase) and ending
-at the cycle's last step (the runner asks :meth:`CyclicalSGHMC.keep`). Zhang et al.'s CIFAR script keeps
+at the cycle's last step (the runner asks :meth:`CyclicalSGHMC.keep`). Zhang et al.'s CIFAR
+script keeps
 3 per 50-epoch cycle, at the ends of epochs 48-50, with noise in the last 5 epochs: with
 S steps per epoch that is ``cycle_steps=50*S, explore_frac=0.9, samples_per_cycle=3,
 sample_spacing=S`` (bdlkit's default ``explore_frac=0.8`` samples a longer stretch). The

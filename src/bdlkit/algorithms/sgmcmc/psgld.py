@@ -1,6 +1,7 @@
 """Preconditioned SGLD with an RMSprop preconditioner (Li, Chen, Carlson & Carin, AAAI 2016).
 
-In bdlkit's SG-MCMC convention (:mod:`~bdlkit.algorithms.sgmcmc.common`, ``docs/conventions.md``), with g the
+In bdlkit's SG-MCMC convention (:mod:`~bdlkit.algorithms.sgmcmc.common`,
+``docs/conventions.md``), with g the
 minibatch gradient of the per-datum untempered loss, T the problem's temperature and
 N = ``num_data``::
 

@@ -1,7 +1,8 @@
 """Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin, ICML 2014).
 
 The "SGD with momentum" form of Chen et al. (their eq. 15), in bdlkit's SG-MCMC
-convention (:mod:`~bdlkit.algorithms.sgmcmc.common`, ``docs/conventions.md``, ``docs/sgmcmc.md``): with g the
+convention (:mod:`~bdlkit.algorithms.sgmcmc.common`, ``docs/conventions.md``,
+``docs/sgmcmc.md``): with g the
 minibatch gradient of the per-datum untempered loss, friction α ∈ (0, 1], the problem's
 temperature T and N = ``num_data``::
 

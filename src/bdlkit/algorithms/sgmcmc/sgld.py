@@ -1,6 +1,7 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh, ICML 2011).
 
-In bdlkit's SG-MCMC convention (:mod:`~bdlkit.algorithms.sgmcmc.common`, ``docs/conventions.md``, ``docs/sgmcmc.md``),
+In bdlkit's SG-MCMC convention (:mod:`~bdlkit.algorithms.sgmcmc.common`,
+``docs/conventions.md``, ``docs/sgmcmc.md``),
 with g the minibatch gradient of the per-datum untempered loss, T the problem's
 temperature and N = ``num_data``::
 
@@ -44,7 +45,8 @@ class SGLD(Sampler):
             is η = lr·T/N on the tempered potential.
     """
 
-    #: Version 2 — the per-datum untempered drift (T scales only the noise); 1 scaled the drift by 1/T.
+    #: Version 2 — the per-datum untempered drift (T scales only the noise); version 1
+    #: scaled the drift by 1/T.
     #: Checkpoints of another version are not resumed (bdlkit.Runner.fingerprint).
     VERSION: ClassVar[int] = 2
     problem: Problem

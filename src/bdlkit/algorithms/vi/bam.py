@@ -222,7 +222,7 @@ class BaM(GaussianProjectionVI):
             "constant" (lam_scale·B·d), or a callable t -> λ_t.
         init_std: σ of q₀ around the initial parameters; None: 1 on a Target, 0.01 on a
             network.
-        patience: rejected updates in a row before :meth:`~bdlkit.algorithms.vi.gaussian_projection.GaussianProjectionVI.status` reports
+        patience: rejected updates in a row before :meth:`GaussianProjectionVI.status` reports
             ``"numerical_failure"``.
     """
 

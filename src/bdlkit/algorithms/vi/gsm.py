@@ -101,7 +101,7 @@ class GSM(GaussianProjectionVI):
             None: full on a Target, diag on a network.
         init_std: σ of q₀ around the initial parameters; None: 1 on a Target, 0.01 on a
             network.
-        patience: rejected updates in a row before :meth:`~bdlkit.algorithms.vi.gaussian_projection.GaussianProjectionVI.status` reports
+        patience: rejected updates in a row before :meth:`GaussianProjectionVI.status` reports
             ``"numerical_failure"``.
     """
 
