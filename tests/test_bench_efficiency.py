@@ -78,3 +78,48 @@ def test_the_flow_families_cost_rows_and_ratios(tmp_path):
     assert all(r["status"] == "ok" and r["step_time_s"] > 0 for r in rows)
     ratios = json.loads((tmp_path / "results.json").read_text())["ratios"]
     assert ratios["mlp:score_vi_flow/score_vi"] > 0 and ratios["mlp:score_vi_spline/score_vi"] > 0
+
+
+def test_floor_and_peer_rows_and_the_target_section(tmp_path):
+    """The torch floor rows, the posteriors rows (when installed) and the Target section
+    give the [perf] ratios and goals; the floor rows take no memory measurement."""
+    from bdlkit.bench import efficiency_peers
+
+    methods = ("torch_sgd", "torch_sgld", "sgld", "advi", "posteriors_sgld",
+               "posteriors_vi_diag")
+    efficiency.run(tmp_path, models=("mlp",), methods=methods, steps=2, repeats=1, warmup=1,
+                   memory=False, echo=False, shared_warm_up=False, profile=False,
+                   target_steps=30)
+    result = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["method"]: r for r in result["rows"]}
+    assert rows["torch_sgd"]["status"] == "ok" and rows["torch_sgld"]["step_time_s"] > 0
+    assert rows["torch_sgd"]["mem_method"].startswith("not measured")
+    ratios, goals = result["ratios"], result["goals"]
+    assert ratios["mlp:sgld/torch_sgd"] > 0 and ratios["mlp:torch_sgld/torch_sgd"] > 0
+    assert isinstance(goals["mlp:sgld/torch_sgd <= 1.35"], bool)
+    if efficiency_peers.available("posteriors_sgld") is None:
+        assert ratios["mlp:sgld/posteriors_sgld"] > 0
+        assert ratios["mlp:advi/posteriors_vi_diag"] > 0
+        assert isinstance(goals["mlp:sgld/posteriors_sgld <= 0.8"], bool)
+    target = {r["case"]: r for r in result["target"]["rows"]}
+    assert set(target) == {"infer", "infer (score=)", "step loop", "torch loop"}
+    assert target["torch loop"]["vs_torch_loop"] == 1.0
+    assert isinstance(goals["target:infer/torch loop <= 1.5"], bool)
+    text = (tmp_path / "results.md").read_text()
+    assert "## Target: the README example" in text and "torch_sgld" in text
+
+
+def test_peer_rows_without_posteriors_are_skipped_with_the_reason(tmp_path, monkeypatch):
+    import importlib.util
+
+    from bdlkit.bench import efficiency_peers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "posteriors" else real(name, *a))
+    assert "pip install bdlkit[peers]" in efficiency_peers.available("posteriors_sgld")
+    efficiency.run(tmp_path, models=("mlp",), methods=("torch_sgd", "posteriors_sgld"), steps=1,
+                   repeats=1, warmup=1, memory=False, echo=False, shared_warm_up=False)
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert "posteriors_sgld" in result["skipped"]
+    assert [r["method"] for r in result["rows"]] == ["torch_sgd"]

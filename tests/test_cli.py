@@ -349,7 +349,7 @@ def test_divergence_names_step_method_and_lr(tmp_path, capsys):
 
 def test_divergence_names_last_good_checkpoint(tmp_path, capsys):
     out = tmp_path / "r"
-    rc = main(["fit", "--method", "sgld", "--lr", "30", "--checkpoint-every", "5",
+    rc = main(["fit", "--method", "sgld", "--lr", "10", "--checkpoint-every", "5",
                "--steps", "300", "--log-every", "5", "--out", str(out), "--no-progress"])
     assert rc == 1
     line = error_line(capsys.readouterr().err)
@@ -368,7 +368,7 @@ def test_resume_after_a_nan_stop_takes_a_smaller_lr_and_records_it(tmp_path, cap
     """Issue 19 item 6: after a NaN stop, `fit --resume DIR --lr X` continues from the last
     sane checkpoint with the smaller step size; config.yaml records the change."""
     out = tmp_path / "r"
-    assert main(["fit", "--method", "sgld", "--lr", "30", "--checkpoint-every", "5",
+    assert main(["fit", "--method", "sgld", "--lr", "10", "--checkpoint-every", "5",
                  "--steps", "60", "--log-every", "5", "--out", str(out), "--no-progress"]) == 1
     line = error_line(capsys.readouterr().err)
     kept = int(re.search(r"step-(\d+)\.safetensors \(later", line).group(1))
@@ -380,7 +380,7 @@ def test_resume_after_a_nan_stop_takes_a_smaller_lr_and_records_it(tmp_path, cap
     assert main(["fit", "--resume", str(out), "--lr", "0.001", "--no-progress"]) == 0
     cfg = load_yaml(out / "config.yaml")
     assert cfg["hyper"]["lr"] == 0.001
-    assert cfg["changes"] == [{"step": kept, "option": "lr", "from": 30.0, "to": 0.001}]
+    assert cfg["changes"] == [{"step": kept, "option": "lr", "from": 10.0, "to": 0.001}]
     assert math.isfinite(json.loads((out / "metrics.json").read_text())["nll"])
     assert main(["evaluate", str(out)]) == 0  # the checkpoints after the change match it
 

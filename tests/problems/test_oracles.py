@@ -52,3 +52,46 @@ def test_parity_batchnorm_and_buffers_unchanged(buffers):
     assert torch.equal(bn.running_mean, torch.zeros(8, dtype=torch.float64))
     assert int(bn.num_batches_tracked) == 0
     assert all(p.grad is None for p in net_b.parameters())
+
+
+@pytest.mark.parametrize("kw", [{}, {"temperature": 0.3},
+                                {"prior": bdlkit.problems.IsotropicGaussian(0.5, mean="init")},
+                                {"bayesian": "last_layer"}, {"precision": "bf16"}])
+def test_the_flat_module_oracle_equals_the_functional_oracle(kw):
+    """FlatModuleOracle (flat storage's oracle) gives the functional oracle's value and
+    flattened score, and leaves the module's parameters as they were."""
+    from bdlkit.core.flat import FlatLayout, FlatProblem
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)).double()
+    args = {"prior": 0.7, **kw}
+    model = bdlkit.BayesianModel(net, "categorical", num_data=50, **args)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    params = {k: v + 0.1 * torch.randn_like(v) for k, v in model.init_params().items()}
+    layout = FlatLayout.of(params)
+    flat = FlatProblem(model, layout)
+    assert flat.oracle is not None
+    x, y = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,))
+    value, score = model.value_and_score(params, (x, y))
+    fvalue, fscore = flat.value_and_score(layout.flatten(params), (x, y))
+    tol = 1e-2 if kw.get("precision") else 1e-10
+    torch.testing.assert_close(fvalue, value, atol=tol, rtol=tol)
+    torch.testing.assert_close(fscore, layout.flatten(score), atol=tol, rtol=tol)
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_the_flat_module_oracle_is_not_used_where_it_does_not_apply():
+    from bdlkit.core.flat import FlatLayout, FlatProblem
+
+    net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 1)).double()
+    for model in (bdlkit.BayesianModel(net, "gaussian", num_data=20, buffers="batch_stats"),
+                  bdlkit.BayesianModel(net, Gaussian(learn_noise=True), num_data=20)):
+        params = model.init_params()
+        flat = FlatProblem(model, FlatLayout.of(params))
+        assert flat.oracle is None
+        x, y = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, 1, dtype=torch.float64)
+        value, score = model.value_and_score(params, (x, y))
+        fvalue, fscore = flat.value_and_score(FlatLayout.of(params).flatten(params), (x, y))
+        torch.testing.assert_close(fvalue, value)
+        torch.testing.assert_close(fscore, FlatLayout.of(params).flatten(score))

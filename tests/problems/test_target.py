@@ -86,3 +86,43 @@ def test_matching_dtypes_run_and_other_runtime_errors_propagate():
 
     with pytest.raises(RuntimeError, match="something else"):
         bdlkit.Target(broken, dim=2).log_prob(torch.zeros(2))
+
+
+def test_autograd_path_equals_torch_func_and_composes_with_transforms():
+    """The plain-autograd oracle gives torch.func's value and score; inside a torch.func
+    transform (vmap) the torch.func path runs."""
+    prec = torch.tensor([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]], dtype=torch.float64)
+    target = bdlkit.Target(lambda th: -0.5 * ((th @ prec) * th).sum(-1), dim=3, dtype=torch.float64)
+    theta = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    value, score = target.value_and_score(theta)
+    ref_score, ref_value = torch.func.grad_and_value(lambda t: target.log_prob(t).sum())(theta)
+    torch.testing.assert_close(value, ref_value)
+    torch.testing.assert_close(score, ref_score)
+    torch.testing.assert_close(score, -theta @ prec)
+    vmapped = torch.func.vmap(lambda t: target.value_and_score(t)[1])(theta)
+    torch.testing.assert_close(vmapped, score)
+    flat = bdlkit.Target(lambda th: torch.zeros(th.shape[0]), dim=3)  # constant in θ: zero score
+    assert torch.equal(flat.score(torch.ones(3)), torch.zeros(3))
+
+
+def test_an_analytic_score_replaces_autograd():
+    calls = []
+
+    def score(th):
+        calls.append(th.shape)
+        return -th
+
+    target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=3, score=score)
+    theta = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    value, s = target.value_and_score(theta)
+    torch.testing.assert_close(s, -theta)
+    torch.testing.assert_close(value, -0.5 * (theta**2).sum())
+    assert calls == [(2, 3)]
+    res = bdlkit.infer(target, "sgld", steps=2000, seed=0, progress=False)
+    draws = res.sample(1000)
+    assert abs(float(draws.mean())) < 0.3 and 0.6 < float(draws.std()) < 1.4
+    bad = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=3, score=lambda th: th.sum(-1))
+    with pytest.raises(ValueError, match=r"score must map \(n, 3\) to \(n, 3\)"):
+        bad.value_and_score(theta)
+    with pytest.raises(TypeError, match="score must be callable"):
+        bdlkit.Target(lambda th: th.sum(-1), dim=3, score=3)

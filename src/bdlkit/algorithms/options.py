@@ -118,13 +118,15 @@ def check_choices(obj: Any) -> None:
 
 def builder(cls: type) -> Callable[..., Any]:
     """``build(problem, **hyper) -> cls(problem, **hyper)``, with the options' signature."""
+    keyword_only = {f.name for f in dataclasses.fields(cls) if f.kw_only}
     names = [o.name for o in options(cls)]
+    positional = [n for n in names if n not in keyword_only]
 
     def build(problem: Any, *args: Any, **hyper: Any) -> Any:
-        if len(args) > len(names):
-            raise TypeError(f"build() takes {len(names)} options after problem, "
+        if len(args) > len(positional):
+            raise TypeError(f"build() takes {len(positional)} options after problem, "
                             f"{len(args)} were given")
-        for name, value in zip(names, args, strict=False):
+        for name, value in zip(positional, args, strict=False):
             if name in hyper:
                 raise TypeError(f"build() got two values for {name!r}")
             hyper[name] = value
@@ -138,7 +140,9 @@ def builder(cls: type) -> Callable[..., Any]:
     build.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [param("problem", param.POSITIONAL_OR_KEYWORD)]
         + [param(o.name, param.POSITIONAL_OR_KEYWORD, default=o.default,
-                 annotation=o.annotation) for o in options(cls)],
+                 annotation=o.annotation) for o in options(cls) if o.name in positional]
+        + [param(o.name, param.KEYWORD_ONLY, default=o.default, annotation=o.annotation)
+           for o in options(cls) if o.name in keyword_only],
         return_annotation=cls.__name__,
     )
     build.__doc__ = (f"Build :class:`{cls.__module__}.{cls.__name__}` on ``problem``; the "

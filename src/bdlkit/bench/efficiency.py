@@ -80,6 +80,8 @@ import torch
 
 from bdlkit import algorithms
 from bdlkit import models as zoo
+from bdlkit.bench import efficiency_peers as peers
+from bdlkit.bench import efficiency_target
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.bench.efficiency_report import (
     GOALS,
@@ -139,15 +141,20 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         repeats: int | None = None, warmup: int | None = None, memory: bool = True,
         memory_models: Sequence[str] | None = None, mem_steps: int | None = None,
         budget_s: float | None = None, device: str | None = None,
-        profile: bool = True, shared_warm_up: bool = True) -> list[dict[str, Any]]:
+        profile: bool = True, shared_warm_up: bool = True,
+        target_steps: int | None = None) -> list[dict[str, Any]]:
     """Time and measure every method on every model into ``out``; returns the rows.
 
     ``models``, ``methods``, ``steps`` (per round), ``repeats`` (rounds), ``warmup``,
     ``memory`` / ``memory_models``, ``mem_steps`` and ``budget_s`` (seconds of timed
     steps per method before it is time-boxed) override the quick/full sizes (tests);
     ``shared_warm_up=False`` skips :func:`~.common.warm_up` (the per-method warm-up steps
-    still run).
+    still run). The Target section (:mod:`~.efficiency_target`: ``target_steps`` steps per
+    case, 3 rounds quick, 5 full) runs with the whole suite (``methods=None``: 20 000
+    steps, the README example) or when ``target_steps`` is given.
     """
+    if target_steps is None and methods is None:
+        target_steps = efficiency_target.README_STEPS
     prepare_bench_out(out)
     model_names = list(models or MODEL_SPECS)
     sizes = {m: (steps or SIZES[m][quick][0], repeats or SIZES[m][quick][1],
@@ -157,10 +164,14 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if memory_models is None:
         memory_models = ("resnet20_frn",) if quick else tuple(model_names)
-    wanted = list(methods or METHOD_SPECS) + ([] if methods else _extra_samplers())
-    chosen = [m for m in wanted if _registered(m) in algorithms.METHODS]
-    skipped = {m: f"method {_registered(m)!r} is not registered in bdlkit.algorithms.METHODS"
-               for m in wanted if m not in chosen}
+    wanted = list(methods or METHOD_SPECS) + ([] if methods else
+                                              [*_extra_samplers(), *peers.FLOORS, *peers.PEERS])
+    skipped = {m: peers.available(m) for m in wanted if m in (*peers.FLOORS, *peers.PEERS)
+               and peers.available(m)}
+    skipped |= {m: f"method {_registered(m)!r} is not registered in bdlkit.algorithms.METHODS"
+                for m in wanted if m not in (*peers.FLOORS, *peers.PEERS)
+                and _registered(m) not in algorithms.METHODS}
+    chosen = [m for m in wanted if m not in skipped]
     _say(echo, f"efficiency on {dev}: methods {chosen}; skipped {sorted(skipped)}")
     load_before = load_avg()
     if shared_warm_up:
@@ -184,6 +195,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         del states
         gc.collect()
         for row in model_rows:
+            if row["method"] in (*peers.FLOORS, *peers.PEERS):
+                row["mem_method"] = "not measured (floor or peer row)"
+                continue
             if not memory or model_name not in memory_models:
                 row["mem_method"] = "not measured" + (" (off)" if not memory else
                                                       f" (only {', '.join(memory_models)})")
@@ -198,7 +212,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         rows += model_rows
         del problem, batch
         gc.collect()
-    ratios = ratio_table(rows)
+    target = (efficiency_target.run(target_steps, 3 if quick else 5)
+              if target_steps else None)
+    ratios = ratio_table(rows) | (target["ratios"] if target else {})
     ratios_min = ratio_table(rows, "step_time_min_s", memory=False)
     goals = {f"{k} <= {v}": (None if ratios.get(k) is None else bool(ratios[k] <= v))
              for k, v in GOALS.items()}
@@ -221,10 +237,12 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                   f"median per-step time; device {dev}", rows,
                   {"settings": settings, "ratios": ratios, "goals": goals,
                    "ratios_min": ratios_min,
-                   "goal_thresholds": dict(GOALS), "skipped": skipped, "profile": profiles},
+                   "goal_thresholds": dict(GOALS), "skipped": skipped, "profile": profiles,
+                   "target": target},
                   note=note(ratios, ratios_min, goals, skipped, profiles, dev,
                              settings["load_avg_1min"],
-                             {k: spec[0] for k, spec in MODEL_SPECS.items()}), floatfmt=".4g")
+                             {k: spec[0] for k, spec in MODEL_SPECS.items()}, target),
+                  floatfmt=".4g")
     return rows
 
 
@@ -255,6 +273,8 @@ def _problem(model_name: str, seed: int, dev: torch.device
 
 
 def _build(method: str, problem: BayesianModel, seed: int) -> tuple[Any, Any]:
+    if method in (*peers.FLOORS, *peers.PEERS):
+        return peers.build(method, problem, seed)
     name, hyper = METHOD_SPECS.get(method, (method, {}))
     # a schedule tied to the run length (cyclical samplers) as for a 1 000-step run
     algorithm = algorithms.get_method(name).build(problem, **hyper).for_run(RUN_LENGTH)

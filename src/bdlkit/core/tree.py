@@ -43,9 +43,11 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
     return cls
 
 
-def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
-    """``optree.tree_map`` in bdlkit's namespace (``None`` is a leaf-less node)."""
-    return optree.tree_map(fn, tree, *rest, namespace=NAMESPACE)
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any,
+             is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """``optree.tree_map`` in bdlkit's namespace (``None`` is a leaf-less node; ``is_leaf``
+    stops at the subtrees it accepts)."""
+    return optree.tree_map(fn, tree, *rest, is_leaf=is_leaf, namespace=NAMESPACE)
 
 
 def tree_leaves(tree: Any) -> list[Any]:
@@ -62,11 +64,32 @@ def tree_unflatten(spec: Any, leaves: list[Any]) -> Any:
     return optree.tree_unflatten(spec, leaves)
 
 
-def randn_like(tree: TensorTree, generator: torch.Generator) -> TensorTree:
-    """Standard normal noise with the structure, shapes and dtypes of ``tree``."""
-    return tree_map(
-        lambda t: torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device), tree
-    )
+def randn_like(tree: TensorTree, generator: torch.Generator, n: int | None = None
+               ) -> TensorTree:
+    """Standard normal noise with the structure, shapes and dtypes of ``tree`` (with a new
+    leading dimension of ``n`` draws when ``n`` is given).
+
+    A dict of tensors of one dtype and device is drawn as *one* vector of all its values
+    (in the dict's order) and split: one generator call per step, and the same numbers
+    whether the parameters are a dict or the flat vector of :mod:`bdlkit.core.flat`.
+    """
+    lead = () if n is None else (n,)
+    if isinstance(tree, dict) and len(tree) > 1 and _uniform(tree.values()):
+        first = next(iter(tree.values()))
+        sizes = [t.numel() for t in tree.values()]
+        z = torch.randn((*lead, sum(sizes)), generator=generator, dtype=first.dtype,
+                        device=first.device)
+        return {k: part.reshape((*lead, *t.shape))
+                for (k, t), part in zip(tree.items(), z.split(sizes, dim=-1), strict=True)}
+    return tree_map(lambda t: torch.randn((*lead, *t.shape), generator=generator,
+                                          dtype=t.dtype, device=t.device), tree)
+
+
+def _uniform(leaves: Any) -> bool:
+    """Tensors all of one floating dtype and one device."""
+    leaves = list(leaves)
+    return all(isinstance(t, Tensor) for t in leaves) and leaves[0].dtype.is_floating_point \
+        and all(t.dtype == leaves[0].dtype and t.device == leaves[0].device for t in leaves)
 
 
 def zeros_like(tree: TensorTree) -> TensorTree:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bdlkit.core.tree import TensorTree, pytree_dataclass, tree_leaves, tree_map
+from bdlkit.core.tree import TensorTree, pytree_dataclass, randn_like, tree_leaves, tree_map
 
 
 @pytree_dataclass
@@ -47,11 +47,8 @@ def sigma(lam: DiagGaussianParams) -> TensorTree:
 
 def sample(lam: DiagGaussianParams, n: int, generator: torch.Generator) -> TensorTree:
     """``n`` draws θ = μ + σ ε stacked along a new leading dimension."""
-    return tree_map(
-        lambda m, r: m + r.exp() * torch.randn((n, *m.shape), generator=generator,
-                                               dtype=m.dtype, device=m.device),
-        lam.mu, lam.rho,
-    )
+    eps = randn_like(lam.mu, generator, n)
+    return tree_map(lambda m, r, e: torch.addcmul(m, r.exp(), e), lam.mu, lam.rho, eps)
 
 
 def log_prob(lam: DiagGaussianParams, theta: TensorTree) -> Tensor:

@@ -35,7 +35,11 @@ import torch
 from torch import Tensor, nn
 
 from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
-from bdlkit.problems.oracles import functional_value_and_score, module_value_and_score
+from bdlkit.problems.oracles import (
+    FlatModuleOracle,
+    functional_value_and_score,
+    module_value_and_score,
+)
 from bdlkit.problems.precision import autocast_call, check_precision
 from bdlkit.problems.priors import IsotropicGaussian, make_prior
 from bdlkit.problems.select import Selection, select_parameters
@@ -238,6 +242,16 @@ class BayesianModel:
         if self.oracle == "module":
             return module_value_and_score(self, params, batch)
         return functional_value_and_score(self.log_posterior, params, batch)
+
+    def flat_oracle(self, names: tuple[str, ...], sizes: tuple[int, ...],
+                    shapes: tuple[tuple[int, ...], ...]) -> FlatModuleOracle | None:
+        """The oracle on one flat θ laid out as ``names`` (:class:`FlatModuleOracle`), or
+        None where it does not apply (then flat storage calls :meth:`value_and_score` on
+        views)."""
+        named = dict(self.module.named_parameters())
+        applies = (self.buffers == "frozen" and type(self.prior) is IsotropicGaussian
+                   and all(n in named and named[n].requires_grad for n in names))
+        return FlatModuleOracle(self, names, sizes, shapes) if applies else None
 
     # ----------------------------------------------------------------- prediction
     @torch.no_grad()

@@ -134,11 +134,10 @@ class Ensemble(EnsembleBase):
             info = {"log_prob": values.sum(), "log_prob_min": values.min(),
                     "log_prob_max": values.max()}
         n = problem.num_data
-        grads = tree_map(lambda s: -s / n, score)
-        updates, opt_state = self._opt.update(
+        grads = tree_map(lambda s: s * (-1.0 / n), score)  # MAP's arithmetic, member by member
+        params, opt_state = self._opt.apply(
             grads, state.opt_state, state.params, resolve(self.lr, state.step)
         )
-        params = tree_map(lambda p, u: p + u, state.params, updates)
         return EnsembleState(params=params, opt_state=opt_state, step=state.step + 1), info
 
     def params(self, state: EnsembleState) -> TensorTree:

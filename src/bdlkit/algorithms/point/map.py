@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 
 from bdlkit.algorithms.options import builder
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core.optim import AdamState, SGDState, make_optimizer
 from bdlkit.core.protocol import Batch, Info, Optimizer, Problem
 from bdlkit.core.schedules import Schedule, resolve
@@ -32,7 +33,7 @@ class MAPState:
 
 
 @dataclass(frozen=True)
-class MAP(Optimizer):
+class MAP(FlatStorage, Optimizer):
     """``θ ← θ + optimizer_update(∇ℓ(θ))`` with ``ℓ = -value/N``.
 
     Args:
@@ -58,14 +59,13 @@ class MAP(Optimizer):
         params = detach_clone(params)
         return MAPState(params=params, opt_state=self._opt.init(params), step=0)
 
-    def step(self, state: MAPState, batch: Batch) -> tuple[MAPState, Info]:
+    def update(self, state: MAPState, batch: Batch) -> tuple[MAPState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
         n = self.problem.num_data
-        grads = tree_map(lambda s: -s / n, score)
-        updates, opt_state = self._opt.update(
+        grads = tree_map(lambda s: s * (-1.0 / n), score)
+        params, opt_state = self._opt.apply(
             grads, state.opt_state, state.params, resolve(self.lr, state.step)
         )
-        params = tree_map(lambda p, u: p + u, state.params, updates)
         return MAPState(params=params, opt_state=opt_state, step=state.step + 1), {
             "log_prob": value
         }

@@ -41,12 +41,20 @@ def noise_variance(lr: float, friction: float, temperature: float, num_data: int
 def add_noise(tree: TensorTree, variance: float | TensorTree,
               generator: torch.Generator) -> TensorTree:
     """``tree + sqrt(variance) · ξ`` with ξ ~ N(0, I) drawn from ``generator`` (always drawn,
-    so the noise stream does not depend on the variance; a zero variance adds exact zeros)."""
+    so the noise stream does not depend on the variance; a zero variance adds exact zeros).
+    The sum is written into the fresh noise buffer: one allocation, ``tree`` untouched."""
     noise = randn_like(tree, generator)
     if isinstance(variance, float):
         sd = math.sqrt(variance)
-        return tree_map(lambda t, z: t + sd * z, tree, noise)
-    return tree_map(lambda t, v, z: t + v.clamp_min(0).sqrt() * z, tree, variance, noise)
+        return tree_map(lambda t, z: z.mul_(sd).add_(t), tree, noise)
+    return tree_map(lambda t, v, z: z.mul_(v.clamp_min(0).sqrt()).add_(t), tree, variance,
+                    noise)
+
+
+def descend(params: TensorTree, score: TensorTree, lr: float, problem: Problem) -> TensorTree:
+    """``θ − lr · g`` with ``g = −T·ŝ/N`` (:func:`loss_gradient`) in one fused operation."""
+    scale = lr * float(problem.temperature) / problem.num_data
+    return tree_map(lambda p, s: torch.add(p, s, alpha=scale), params, score)
 
 
 def check_rate(name: str, value: object) -> None:
@@ -57,4 +65,4 @@ def check_rate(name: str, value: object) -> None:
         raise ValueError(f"{name} must be > 0 or a schedule, got {value!r}")
 
 
-__all__ = ["add_noise", "check_rate", "loss_gradient", "noise_variance"]
+__all__ = ["add_noise", "check_rate", "descend", "loss_gradient", "noise_variance"]

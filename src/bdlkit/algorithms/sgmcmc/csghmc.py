@@ -40,6 +40,7 @@ import torch
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.sghmc import SGHMC, SGHMCState, check_friction
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import CyclicalCosine
 from bdlkit.core.tree import TensorTree
@@ -48,7 +49,7 @@ KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorit
 
 
 @dataclass(frozen=True)
-class CyclicalSGHMC(Sampler):
+class CyclicalSGHMC(FlatStorage, Sampler):
     """cSGHMC: the SGHMC step on cosine cycles (module docstring).
 
     Args:
@@ -125,7 +126,7 @@ class CyclicalSGHMC(Sampler):
              generator: torch.Generator) -> SGHMCState:
         return self._inner.init(params, generator=generator)
 
-    def step(self, state: SGHMCState, batch: Batch) -> tuple[SGHMCState, Info]:
+    def update(self, state: SGHMCState, batch: Batch) -> tuple[SGHMCState, Info]:
         k = state.step
         return self._inner.advance(state, batch, self.schedule(k), noise=self.sampling(k))
 

@@ -24,6 +24,7 @@ import torch
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, loss_gradient, noise_variance
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import Schedule, resolve
@@ -48,7 +49,7 @@ class PSGLDState:
 
 
 @dataclass(frozen=True)
-class PSGLD(Sampler):
+class PSGLD(FlatStorage, Sampler):
     """pSGLD with an RMSprop preconditioner (module docstring).
 
     Args:
@@ -80,15 +81,18 @@ class PSGLD(Sampler):
         return PSGLDState(params=params, square_avg=zeros_like(params),
                           rng_state=rng.state_of(noise_gen), step=0)
 
-    def step(self, state: PSGLDState, batch: Batch) -> tuple[PSGLDState, Info]:
+    def update(self, state: PSGLDState, batch: Batch) -> tuple[PSGLDState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
         lr = resolve(self.lr, state.step)
         grad = loss_gradient(self.problem, score)
         b = self.beta
-        square_avg = tree_map(lambda v, g: b * v + (1 - b) * g * g, state.square_avg, grad)
+        square_avg = tree_map(lambda v, g: torch.mul(v, b).addcmul_(g, g, value=1 - b),
+                              state.square_avg, grad)
         correction = 1.0 - b ** (state.step + 1)
-        precond = tree_map(lambda v: 1.0 / (self.eps + (v / correction).sqrt()), square_avg)
-        drift = tree_map(lambda p, g, c: p - lr * c * g, state.params, grad, precond)
+        precond = tree_map(lambda v: torch.div(v, correction).sqrt_().add_(self.eps)
+                           .reciprocal_(), square_avg)
+        drift = tree_map(lambda p, g, c: torch.addcmul(p, c, g, value=-lr), state.params, grad,
+                         precond)
         unit = noise_variance(lr, 1.0, self.problem.temperature, self.problem.num_data)
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
         params = add_noise(drift, tree_map(lambda c: unit * c, precond), gen)

@@ -28,6 +28,7 @@ import torch
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, loss_gradient, noise_variance
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import Schedule, resolve
@@ -66,17 +67,35 @@ def momentum_step(
 ) -> tuple[TensorTree, TensorTree | None]:
     """``v ← (1−α)·v − lr·g + sqrt(noise_var)·ξ``; ``θ ← θ + v``. Returns (θ, v); with
     ``momentum=None`` (α = 1) v starts at 0 and None is returned for it."""
+    return scaled_momentum_step(params, momentum, grad, scale=-lr, alpha=alpha,
+                                noise_var=noise_var, generator=generator)
+
+
+def scaled_momentum_step(
+    params: TensorTree,
+    momentum: TensorTree | None,
+    direction: TensorTree,
+    *,
+    scale: float,
+    alpha: float,
+    noise_var: float | TensorTree,
+    generator: torch.Generator,
+) -> tuple[TensorTree, TensorTree | None]:
+    """:func:`momentum_step` with ``−lr·g`` given as ``scale · direction`` (the sampler
+    passes the score ŝ and ``scale = lr·T/N``, saving a pass over g); each new tensor is
+    allocated once and finished in place."""
     if momentum is None:
-        v = tree_map(lambda g: -lr * g, grad)
+        v = tree_map(lambda d: d * scale, direction)
     else:
-        v = tree_map(lambda m, g: (1.0 - alpha) * m - lr * g, momentum, grad)
+        v = tree_map(lambda m, d: torch.mul(m, 1.0 - alpha).add_(d, alpha=scale), momentum,
+                     direction)
     v = add_noise(v, noise_var, generator)
-    params = tree_map(lambda p, d: p + d, params, v)
+    params = tree_map(torch.add, params, v)
     return params, (None if momentum is None else v)
 
 
 @dataclass(frozen=True)
-class SGHMC(Sampler):
+class SGHMC(FlatStorage, Sampler):
     """SGHMC in the momentum-SGD form (module docstring).
 
     Args:
@@ -113,7 +132,7 @@ class SGHMC(Sampler):
             grad_sq=zeros_like(params) if self.noise_estimate else None,
         )
 
-    def step(self, state: SGHMCState, batch: Batch) -> tuple[SGHMCState, Info]:
+    def update(self, state: SGHMCState, batch: Batch) -> tuple[SGHMCState, Info]:
         lr = resolve(self.lr, state.step)
         return self.advance(state, batch, lr, noise=True)
 
@@ -122,11 +141,11 @@ class SGHMC(Sampler):
         """One step at learning rate ``lr``; ``noise=False`` is the noise-free (optimiser)
         step of a cyclical schedule's exploration phase."""
         value, score = self.problem.value_and_score(state.params, batch)
-        grad = loss_gradient(self.problem, score)
         var = noise_variance(lr, self.alpha, self.problem.temperature, self.problem.num_data)
         mean = sq = None
         info: Info = {}
         if self.noise_estimate:
+            grad = loss_gradient(self.problem, score)
             b = self.noise_decay
             mean = tree_map(lambda m, g: b * m + (1 - b) * g, state.grad_mean, grad)
             sq = tree_map(lambda s, g: b * s + (1 - b) * g * g, state.grad_sq, grad)
@@ -137,8 +156,10 @@ class SGHMC(Sampler):
         if not noise:
             var = 0.0
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
-        params, momentum = momentum_step(state.params, state.momentum, grad, lr=lr,
-                                         alpha=self.alpha, noise_var=var, generator=gen)
+        scale = lr * self.problem.temperature / self.problem.num_data  # −lr·g = scale·ŝ
+        params, momentum = scaled_momentum_step(state.params, state.momentum, score,
+                                                scale=scale, alpha=self.alpha, noise_var=var,
+                                                generator=gen)
         new = SGHMCState(params=params, momentum=momentum, rng_state=rng.state_of(gen),
                          step=state.step + 1, grad_mean=mean, grad_sq=sq)
         return new, {"log_prob": value, "lr": lr, "noise": float(noise), **info}

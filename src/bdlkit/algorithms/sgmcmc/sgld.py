@@ -20,11 +20,12 @@ from typing import ClassVar
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, loss_gradient, noise_variance
+from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, descend, noise_variance
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import Schedule, resolve
-from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass, tree_map
+from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 
@@ -37,7 +38,7 @@ class SGLDState:
 
 
 @dataclass(frozen=True)
-class SGLD(Sampler):
+class SGLD(FlatStorage, Sampler):
     """SGLD (module docstring).
 
     Args:
@@ -62,12 +63,11 @@ class SGLD(Sampler):
         noise_gen = rng.split(generator, device=device_of(params))
         return SGLDState(params=detach_clone(params), rng_state=rng.state_of(noise_gen), step=0)
 
-    def step(self, state: SGLDState, batch: Batch) -> tuple[SGLDState, Info]:
+    def update(self, state: SGLDState, batch: Batch) -> tuple[SGLDState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
         lr = resolve(self.lr, state.step)
-        grad = loss_gradient(self.problem, score)
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
-        drift = tree_map(lambda p, g: p - lr * g, state.params, grad)
+        drift = descend(state.params, score, lr, self.problem)
         var = noise_variance(lr, 1.0, self.problem.temperature, self.problem.num_data)
         params = add_noise(drift, var, gen)
         new = SGLDState(params=params, rng_state=rng.state_of(gen), step=state.step + 1)

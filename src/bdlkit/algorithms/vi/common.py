@@ -33,6 +33,7 @@ from bdlkit.core.tree import (
     device_of,
     num_draws,
     pytree_dataclass,
+    randn_like,
     stack,
     tree_leaves,
     tree_map,
@@ -130,15 +131,12 @@ def init_state(
 
 def draw_eps(lam: DiagGaussianParams, n: int, generator: torch.Generator) -> TensorTree:
     """``n`` standard normal draws per coordinate, stacked along a new leading dimension."""
-    return tree_map(
-        lambda m: torch.randn((n, *m.shape), generator=generator, dtype=m.dtype, device=m.device),
-        lam.mu,
-    )
+    return randn_like(lam.mu, generator, n)
 
 
 def reparam(lam: DiagGaussianParams, eps: TensorTree) -> TensorTree:
     """``θ = μ + σ ε`` (``eps`` with or without a leading draw dimension)."""
-    return tree_map(lambda m, r, e: m + r.exp() * e, lam.mu, lam.rho, eps)
+    return tree_map(lambda m, r, e: torch.addcmul(m, r.exp(), e), lam.mu, lam.rho, eps)
 
 
 def minibatch_scores(
@@ -177,8 +175,7 @@ def apply_grads(
     generator: torch.Generator,
 ) -> VIState:
     """One optimiser step on λ (``grads`` of the loss to *minimise*); saves the generator."""
-    updates, opt_state = opt.update(grads, state.opt_state, state.lam, lr)
-    lam = tree_map(lambda p, u: p + u, state.lam, updates)
+    lam, opt_state = opt.apply(grads, state.opt_state, state.lam, lr)
     return VIState(lam=lam, opt_state=opt_state, rng_state=rng.state_of(generator),
                    step=state.step + 1)
 

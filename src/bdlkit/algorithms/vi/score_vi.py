@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.algorithms.options import builder
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
 from bdlkit.algorithms.vi.common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
@@ -92,7 +93,7 @@ class ScoreVIState:
 
 
 @dataclass(frozen=True)
-class ScoreVI(FlowOptions, DiagGaussianVI):
+class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
     """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
 
     The options left at None take their solver's value in ``SOLVER_DEFAULTS`` (what the
@@ -228,7 +229,13 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
                                                 rho=anchor.rho), self.num_samples // 2, gen)
         return tree_map(lambda m, e: torch.cat([m + e, m - e]), anchor.mu, half)
 
-    def step(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
+    @property
+    def flat_storage(self) -> bool:
+        """Flat for the gradient solver on the diagonal Gaussian (a flow family keeps its
+        own layout; the closed form reads the problem's prior)."""
+        return self.storage == "flat" and self._flow is None and self.solver == "gradient"
+
+    def update(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
         if self._flow is not None:
             k = self.inner_steps
             return flow_vi.score_step(
@@ -255,9 +262,8 @@ class ScoreVI(FlowOptions, DiagGaussianVI):
             info.update(extra)
         else:
             grads = self.gradients(state.lam, anchor, thetas, scores, alpha)
-            updates, opt_state = self._opt.update(grads, state.opt_state, state.lam,
-                                                  resolve(self.lr, t))
-            lam = tree_map(lambda p, u: p + u, state.lam, updates)
+            lam, opt_state = self._opt.apply(grads, state.opt_state, state.lam,
+                                             resolve(self.lr, t))
         new = ScoreVIState(lam=lam, anchor=anchor, opt_state=opt_state,
                            rng_state=rng.state_of(gen), step=t + 1)
         return new, info
@@ -332,9 +338,9 @@ def anchored_rb_gradients(lam: DiagGaussianParams, thetas: TensorTree, scores: T
                           num_data: float) -> DiagGaussianParams:
     """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (K = 1), over 2N (μ) and 4N (ρ):
     ``−mean_k ŝ_k / N`` and ``−(1 + mean_k (θ_k − μ) ŝ_k) / N``, ADVI's gradients."""
-    mu = tree_map(lambda s: s.mean(0) / -num_data, scores)
-    rho = tree_map(lambda t, m, s: (1 + ((t - m) * s).mean(0)) / -num_data, thetas, lam.mu,
-                   scores)
+    mu = tree_map(lambda s: s.mean(0).mul_(-1.0 / num_data), scores)
+    rho = tree_map(lambda t, m, s: (t - m).mul_(s).mean(0).add_(1).mul_(-1.0 / num_data),
+                   thetas, lam.mu, scores)
     return DiagGaussianParams(mu=mu, rho=rho)
 
 

@@ -1,0 +1,158 @@
+"""One contiguous buffer for a network's parameters, and the problem seen on that buffer.
+
+An element-wise algorithm (SGLD, SGHMC, MAP, ADVI, ...) does the same arithmetic on every
+coordinate. On a network's ``dict[str, Tensor]`` that arithmetic is one kernel per tensor
+per operation, and with a dozen tensors the Python and launch overhead of those small
+kernels costs as much as the arithmetic. On one flat vector it is one kernel per operation.
+This module gives the flat form without changing what states look like:
+
+* :class:`FlatLayout` fixes the order, shapes and offsets of a dict of tensors of one dtype
+  and device; :meth:`~FlatLayout.flatten` returns the buffer the tensors are views of
+  (no copy) when they are, and concatenates them otherwise; :meth:`~FlatLayout.views`
+  gives the named views of a buffer (no copy).
+* :func:`pack` / :func:`unpack` apply those to every parameter-shaped dict inside a state
+  (parameters, momenta, optimiser moments, λ = (μ, ρ)).
+* :class:`FlatProblem` is a problem on R^d: it hands the views of θ to the wrapped
+  problem's oracle and concatenates the score into one vector.
+
+States keep their named tensors (views into one buffer per field), so checkpoints, draws
+and everything that reads a state are unchanged; a state whose tensors are not views (a
+loaded checkpoint, a user's warm start) is concatenated once, on its first step.
+Written by hand: ``torch.nn.utils.parameters_to_vector`` always copies and knows nothing
+of views, and ``torch.func``'s functional_call wants the named tensors, not a vector.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdlkit.core.tree import tree_map
+
+__all__ = ["FlatLayout", "FlatProblem", "pack", "unpack"]
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    """The names (in the dict's order), shapes, sizes and offsets of a dict of tensors."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @classmethod
+    def of(cls, tree: Any) -> FlatLayout | None:
+        """The layout of ``tree``, or None when it is not a non-empty dict of floating
+        tensors of one dtype and device (then it stays a tree)."""
+        if not isinstance(tree, dict) or not tree:
+            return None
+        leaves = list(tree.values())
+        if not all(isinstance(t, Tensor) for t in leaves):
+            return None
+        first = leaves[0]
+        if not first.dtype.is_floating_point or any(
+                t.dtype != first.dtype or t.device != first.device for t in leaves):
+            return None
+        shapes = tuple(tuple(t.shape) for t in leaves)
+        return cls(names=tuple(tree), shapes=shapes, sizes=tuple(math.prod(s) for s in shapes),
+                   dtype=first.dtype, device=first.device)
+
+    @property
+    def features(self) -> int:
+        """d, the length of the flat vector."""
+        return sum(self.sizes)
+
+    def matches(self, tree: Any) -> bool:
+        """Whether ``tree`` is a dict with this layout's names, in its order."""
+        return isinstance(tree, dict) and tuple(tree) == self.names
+
+    def flatten(self, tree: dict[str, Tensor], batch: int = 0) -> Tensor:
+        """The vector(s) ``(*lead, d)`` of ``tree`` (each leaf ``(*lead, *shape)`` with
+        ``batch`` leading dimensions): the common buffer, no copy, when the leaves are its
+        views in this layout's order, else a concatenation."""
+        leaves = [tree[n] for n in self.names]
+        base = _common_buffer(leaves, self.features) if batch == 0 else None
+        if base is not None:
+            return base
+        return torch.cat([t.reshape(*t.shape[:batch], -1) for t in leaves], dim=-1)
+
+    def views(self, flat: Tensor) -> dict[str, Tensor]:
+        """The named tensors of ``flat`` (``(*lead, d)``), views where the layout allows."""
+        lead = flat.shape[:-1]
+        parts = flat.split(self.sizes, dim=-1)
+        return {n: p.view(s) if not lead else p.reshape((*lead, *s))
+                for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
+
+
+def _common_buffer(leaves: list[Tensor], total: int) -> Tensor | None:
+    """The 1-D buffer of ``total`` elements whose consecutive views ``leaves`` are, or None."""
+    base = leaves[0]._base
+    if base is None or base.ndim != 1 or base.numel() != total or not base.is_contiguous():
+        return None
+    pointer, size = base.data_ptr(), base.element_size()
+    for leaf in leaves:
+        if leaf._base is not base or leaf.data_ptr() != pointer or not leaf.is_contiguous():
+            return None
+        pointer += leaf.numel() * size
+    return base
+
+
+def _is_params(layout: FlatLayout) -> Any:
+    return lambda node: isinstance(node, dict) and layout.matches(node)
+
+
+def pack(layout: FlatLayout, state: Any) -> Any:
+    """``state`` with every dict shaped like ``layout`` replaced by its flat vector."""
+    return tree_map(lambda node: layout.flatten(node) if isinstance(node, dict) else node,
+                    state, is_leaf=_is_params(layout))
+
+
+def unpack(layout: FlatLayout, like: Any, packed: Any) -> Any:
+    """The inverse of :func:`pack`: ``packed``'s vectors back to named views, wherever
+    ``like`` (a state of the same structure) has a parameter-shaped dict."""
+    return tree_map(lambda node, value: layout.views(value) if isinstance(node, dict)
+                    else value, like, packed, is_leaf=_is_params(layout))
+
+
+class FlatProblem:
+    """A problem on R^d: ``value_and_score(θ (d,), batch) -> (value, score (d,))``.
+
+    Wraps a problem whose parameters are a dict with ``layout``; every other attribute
+    (``num_data``, ``temperature``, ``prior``, ...) is the wrapped problem's. A problem
+    may offer an oracle on the flat vector itself, ``flat_oracle(names, sizes, shapes)``
+    returning a callable or None (:meth:`bdlkit.BayesianModel.flat_oracle`: the module's
+    own backward with θ's views as its parameters); otherwise the score is the problem's
+    own on the views, concatenated.
+    """
+
+    def __init__(self, problem: Any, layout: FlatLayout) -> None:
+        self.problem = problem
+        self.layout = layout
+        offer = getattr(problem, "flat_oracle", None)  # an optional capability
+        self.oracle = offer(layout.names, layout.sizes, layout.shapes) if offer else None
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("problem", "layout", "oracle"):  # not yet set (copy, unpickling)
+            raise AttributeError(name)
+        return getattr(self.problem, name)
+
+    def __repr__(self) -> str:
+        return f"FlatProblem({self.problem!r}, d={self.layout.features})"
+
+    def value_and_score(self, theta: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
+        if self.oracle is not None:
+            return self.oracle(theta, batch)
+        value, score = self.problem.value_and_score(self.layout.views(theta), batch)
+        return value, self.layout.flatten(score)
+
+    def log_prior(self, theta: Tensor) -> Tensor:
+        return self.problem.log_prior(self.layout.views(theta))
+
+    def init_params(self, generator: torch.Generator) -> Tensor:
+        return self.layout.flatten(self.problem.init_params(generator))
