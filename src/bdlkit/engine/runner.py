@@ -292,7 +292,8 @@ class Runner:
                     if log is not None:
                         append_log(log, entry)
                     failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
-                    bar.set_postfix(_postfix(entry), refresh=False)
+                    if self.progress:  # a disabled bar still formats its postfix
+                        bar.set_postfix(_postfix(entry), refresh=False)
                 bar.update(1)
                 now = time.perf_counter()
                 due = (self.checkpoint_every is not None and t % self.checkpoint_every == 0) or (
