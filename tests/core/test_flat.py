@@ -88,3 +88,15 @@ def test_flat_problem_score_is_the_flattened_score():
     torch.testing.assert_close(layout.flatten(s1), s2)
     assert flat.num_data == 10 and flat.temperature == 1.0
     torch.testing.assert_close(flat.log_prior(layout.flatten(params)), model.log_prior(params))
+
+
+def test_views_covering_part_of_a_buffer_are_not_taken_for_it():
+    buffer = torch.arange(6.0)
+    tree = {"a": buffer[:2], "b": buffer[2:5]}  # 5 of its 6 elements
+    layout = FlatLayout.of(tree)
+    out = layout.flatten(tree)
+    assert out is not buffer and torch.equal(out, torch.arange(5.0))
+    wrong_shape = {"a": buffer[:3], "b": buffer[3:]}  # same total, other split
+    layout = FlatLayout.of({"a": torch.zeros(2), "b": torch.zeros(4)})
+    assert layout.flatten(wrong_shape) is not buffer
+    assert not layout.matches({"a": torch.zeros(2), "b": None})

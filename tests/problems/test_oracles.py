@@ -95,3 +95,44 @@ def test_the_flat_module_oracle_is_not_used_where_it_does_not_apply():
         fvalue, fscore = flat.value_and_score(FlatLayout.of(params).flatten(params), (x, y))
         torch.testing.assert_close(fvalue, value)
         torch.testing.assert_close(fscore, FlatLayout.of(params).flatten(score))
+
+
+def test_the_flat_module_oracle_edge_cases():
+    """Unused parameters get zero scores; a partial prior-mean dict; the module is restored
+    when the network raises; oracle="module" and subclasses keep their own oracle."""
+    from bdlkit.core.flat import FlatLayout, FlatProblem
+
+    class WithSpare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+            self.spare = nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            return self.fc(x)
+
+    torch.manual_seed(0)
+    net = WithSpare().double()
+    mean = {"fc.bias": torch.full((3,), 0.5, dtype=torch.float64)}
+    prior = bdlkit.problems.IsotropicGaussian(0.7, mean=mean)
+    model = bdlkit.BayesianModel(net, "categorical", prior=prior, num_data=30)
+    params = {k: v + 0.1 for k, v in model.init_params().items()}
+    layout = FlatLayout.of(params)
+    flat = FlatProblem(model, layout)
+    x, y = torch.randn(5, 4, dtype=torch.float64), torch.randint(0, 3, (5,))
+    value, score = model.value_and_score(params, (x, y))
+    fvalue, fscore = flat.value_and_score(layout.flatten(params), (x, y))
+    torch.testing.assert_close(fvalue, value)
+    torch.testing.assert_close(fscore, layout.flatten(score))
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with pytest.raises(RuntimeError):
+        flat.value_and_score(layout.flatten(params), (torch.randn(5, 7, dtype=torch.float64), y))
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+    module_model = bdlkit.BayesianModel(net, "categorical", num_data=30, oracle="module")
+    assert FlatProblem(module_model, layout).oracle is None
+
+    class Custom(bdlkit.BayesianModel):
+        def log_prior(self, params):
+            return super().log_prior(params) * 2
+
+    assert FlatProblem(Custom(net, "categorical", num_data=30), layout).oracle is None

@@ -126,3 +126,14 @@ def test_an_analytic_score_replaces_autograd():
         bad.value_and_score(theta)
     with pytest.raises(TypeError, match="score must be callable"):
         bdlkit.Target(lambda th: th.sum(-1), dim=3, score=3)
+
+
+def test_an_analytic_score_stays_differentiable_inside_a_transform():
+    target = bdlkit.Target(lambda th: -(th**4).sum(-1), dim=2, dtype=torch.float64,
+                           score=torch.zeros_like)  # deliberately wrong
+    theta = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert torch.equal(target.score(theta), torch.zeros(2, dtype=torch.float64))  # trusted
+    jac = torch.func.jacrev(target.log_prob)(theta)
+    torch.testing.assert_close(jac, -4 * theta**3)  # log_prob itself is differentiable
+    vm = torch.func.vmap(lambda t: target.value_and_score(t)[1])(theta[None])
+    torch.testing.assert_close(vm[0], -4 * theta**3)  # inside a transform: autodiff

@@ -69,15 +69,22 @@ class FlatLayout:
         return sum(self.sizes)
 
     def matches(self, tree: Any) -> bool:
-        """Whether ``tree`` is a dict with this layout's names, in its order."""
-        return isinstance(tree, dict) and tuple(tree) == self.names
+        """Whether ``tree`` is a dict with this layout's names (in its order), dtype and
+        device, its tensors shaped as the layout's (with any leading dimensions)."""
+        if not isinstance(tree, dict) or tuple(tree) != self.names:
+            return False
+        for t, shape in zip(tree.values(), self.shapes, strict=True):
+            if not isinstance(t, Tensor) or t.dtype != self.dtype or t.device != self.device \
+                    or tuple(t.shape[t.ndim - len(shape):]) != shape:
+                return False
+        return True
 
     def flatten(self, tree: dict[str, Tensor], batch: int = 0) -> Tensor:
         """The vector(s) ``(*lead, d)`` of ``tree`` (each leaf ``(*lead, *shape)`` with
         ``batch`` leading dimensions): the common buffer, no copy, when the leaves are its
         views in this layout's order, else a concatenation."""
         leaves = [tree[n] for n in self.names]
-        base = _common_buffer(leaves, self.features) if batch == 0 else None
+        base = _common_buffer(leaves, self.shapes, self.dtype) if batch == 0 else None
         if base is not None:
             return base
         return torch.cat([t.reshape(*t.shape[:batch], -1) for t in leaves], dim=-1)
@@ -90,14 +97,19 @@ class FlatLayout:
                 for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
 
-def _common_buffer(leaves: list[Tensor], total: int) -> Tensor | None:
-    """The 1-D buffer of ``total`` elements whose consecutive views ``leaves`` are, or None."""
+def _common_buffer(leaves: list[Tensor], shapes: tuple[tuple[int, ...], ...],
+                   dtype: torch.dtype) -> Tensor | None:
+    """The 1-D buffer whose consecutive views, shaped ``shapes``, ``leaves`` are exactly
+    (covering all of it), or None."""
     base = leaves[0]._base
-    if base is None or base.ndim != 1 or base.numel() != total or not base.is_contiguous():
+    total = sum(math.prod(s) for s in shapes)
+    if base is None or base.ndim != 1 or base.numel() != total or base.dtype != dtype \
+            or not base.is_contiguous():
         return None
     pointer, size = base.data_ptr(), base.element_size()
-    for leaf in leaves:
-        if leaf._base is not base or leaf.data_ptr() != pointer or not leaf.is_contiguous():
+    for leaf, shape in zip(leaves, shapes, strict=True):
+        if leaf._base is not base or leaf.data_ptr() != pointer or tuple(leaf.shape) != shape \
+                or not leaf.is_contiguous():
             return None
         pointer += leaf.numel() * size
     return base

@@ -247,9 +247,13 @@ class BayesianModel:
                     shapes: tuple[tuple[int, ...], ...]) -> FlatModuleOracle | None:
         """The oracle on one flat θ laid out as ``names`` (:class:`FlatModuleOracle`), or
         None where it does not apply (then flat storage calls :meth:`value_and_score` on
-        views)."""
+        views): with ``oracle="module"`` (kept for DDP/FSDP, checkpointing: its own path),
+        a subclass that overrides a density method, batch statistics, another prior, or a
+        random tensor that is not a module parameter requiring grad (a likelihood's)."""
         named = dict(self.module.named_parameters())
-        applies = (self.buffers == "frozen" and type(self.prior) is IsotropicGaussian
+        own = all(getattr(type(self), m) is getattr(BayesianModel, m) for m in _DENSITY_METHODS)
+        applies = (self.oracle == "functional" and own and self.buffers == "frozen"
+                   and type(self.prior) is IsotropicGaussian
                    and all(n in named and named[n].requires_grad for n in names))
         return FlatModuleOracle(self, names, sizes, shapes) if applies else None
 
@@ -300,6 +304,11 @@ class BayesianModel:
             ) from err
         # every target is checked against the output shape of one example (cheap)
         self.likelihood.check_targets(y, outputs[:1].expand(y.shape[0], *outputs.shape[1:]))
+
+
+#: the methods whose override rules out the flat oracle (it computes them itself)
+_DENSITY_METHODS = ("forward", "log_likelihood", "log_prior", "combine", "log_posterior",
+                    "value_and_score")
 
 
 def _as_pair(data: Any) -> tuple[Any, Any]:

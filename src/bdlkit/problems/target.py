@@ -120,7 +120,8 @@ class Target:
         """Summed log density and its gradient (the score); ``batch`` is ignored."""
         del batch
         self._check_theta(theta)
-        if self.score_fn is not None:
+        composable = theta.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(theta)
+        if self.score_fn is not None and not composable:  # a transform differentiates log_prob
             flat = theta.reshape(-1, self.dim)
             with torch.no_grad():
                 value, score = self.log_prob(theta).sum(), self.score_fn(flat)
@@ -128,7 +129,7 @@ class Target:
                 raise ValueError(f"Target {self.name!r}: score must map (n, {self.dim}) to "
                                  f"(n, {self.dim}), got {tuple(score.shape)}")
             return value, score.reshape(theta.shape)
-        if theta.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(theta):
+        if composable:
             # inside a torch.func transform or a graph of the caller's: stay composable
             with torch.enable_grad():
                 score, value = torch.func.grad_and_value(
