@@ -134,7 +134,9 @@ def builder(cls: type) -> Callable[..., Any]:
         if unknown:
             raise TypeError(f"{cls.__name__} has no option {unknown[0]!r}; options: "
                             f"{', '.join(names) or 'none'}")
-        return cls(problem, **hyper)
+        algorithm = cls(problem, **hyper)
+        check_choices(algorithm)  # a Literal option its own checks do not cover
+        return algorithm
 
     param = inspect.Parameter
     build.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
