@@ -12,7 +12,6 @@ Both return the same numbers (``tests/problems/test_oracles.py``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -124,11 +123,8 @@ class FlatModuleOracle:
         finally:
             for p, original in zip(self.params, originals, strict=True):
                 p.data = original
-        n, t, var = model.num_data, model.temperature, model.prior.scale**2
-        batch_size = y.shape[0]
-        diff = theta if self.mean is None else theta - self.mean
+        n, t, batch_size = model.num_data, model.temperature, y.shape[0]
+        log_prior, prior_score = model.prior.flat_log_prob_and_score(theta, self.mean)
         score = torch.cat([g.reshape(-1) for g in grads]).mul_(n / batch_size / t)
-        score.add_(diff, alpha=-1.0 / (var * t))
-        log_prior = -0.5 * diff.dot(diff) / var - theta.numel() * (
-            math.log(model.prior.scale) + 0.5 * math.log(2 * math.pi))
+        score.add_(prior_score, alpha=1.0 / t)
         return model.combine(loglik.detach(), batch_size, log_prior), score

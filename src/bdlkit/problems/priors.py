@@ -57,8 +57,18 @@ class IsotropicGaussian:
             diff = theta - self.means[name] if name in self.means else theta
             total = total + (diff**2).sum()
             count += theta.numel()
-        const = count * (math.log(self.scale) + 0.5 * math.log(2 * math.pi))
-        return -0.5 * total / self.scale**2 - const
+        return -0.5 * total / self.scale**2 - self._const(count)
+
+    def _const(self, count: int) -> float:
+        return count * (math.log(self.scale) + 0.5 * math.log(2 * math.pi))
+
+    def flat_log_prob_and_score(self, theta: Tensor, mean: Tensor | None
+                                ) -> tuple[Tensor, Tensor]:
+        """:meth:`log_prob` and its gradient ``−(θ − m)/σ0²`` on one flat vector ``theta``
+        (``mean`` the means in the same layout, None for zero)."""
+        diff = theta if mean is None else theta - mean
+        return (-0.5 * diff.dot(diff) / self.scale**2 - self._const(theta.numel()),
+                diff * (-1.0 / self.scale**2))
 
 
 def make_prior(spec: float | IsotropicGaussian) -> IsotropicGaussian:
