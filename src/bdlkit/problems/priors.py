@@ -64,8 +64,8 @@ class IsotropicGaussian:
 
     def flat_log_prob_and_score(self, theta: Tensor, mean: Tensor | None
                                 ) -> tuple[Tensor, Tensor]:
-        """:meth:`~bdlkit.problems.priors.IsotropicGaussian.log_prob` and its gradient ``−(θ − m)/σ0²`` on one flat vector ``theta``
-        (``mean`` the means in the same layout, None for zero)."""
+        """``log_prob`` and its gradient ``−(θ − m)/σ0²`` on one flat vector ``theta``
+        (``mean``: the means in the same layout, None for zero)."""
         diff = theta if mean is None else theta - mean
         return (-0.5 * diff.dot(diff) / self.scale**2 - self._const(theta.numel()),
                 diff * (-1.0 / self.scale**2))
