@@ -80,11 +80,13 @@ def test_the_flow_families_cost_rows_and_ratios(tmp_path):
     assert ratios["mlp:score_vi_flow/score_vi"] > 0 and ratios["mlp:score_vi_spline/score_vi"] > 0
 
 
-def test_floor_and_peer_rows_and_the_target_section(tmp_path):
+def test_floor_and_peer_rows_and_the_target_section(tmp_path, monkeypatch):
     """The torch floor rows, the posteriors rows (when installed) and the Target section
     give the [perf] ratios and goals; the floor rows take no memory measurement."""
     from bdlkit.bench import efficiency_peers
+    from bdlkit.engine import compiled
 
+    monkeypatch.setattr(compiled, "CHUNK_STEPS", 5)  # a 100-step graph compiles in ~20 s
     methods = ("torch_sgd", "torch_sgld", "sgld", "advi", "posteriors_sgld",
                "posteriors_vi_diag")
     efficiency.run(tmp_path, models=("mlp",), methods=methods, steps=2, repeats=1, warmup=1,
@@ -102,9 +104,13 @@ def test_floor_and_peer_rows_and_the_target_section(tmp_path):
         assert ratios["mlp:advi/posteriors_vi_diag"] > 0
         assert isinstance(goals["mlp:sgld/posteriors_sgld <= 0.8"], bool)
     target = {r["case"]: r for r in result["target"]["rows"]}
-    assert set(target) == {"infer", "infer (score=)", "step loop", "torch loop"}
+    assert set(target) == {"infer", "infer (score=)", "step loop", "torch loop",
+                           "infer (compile=True)"}
     assert target["torch loop"]["vs_torch_loop"] == 1.0
     assert isinstance(goals["target:infer/torch loop <= 1.5"], bool)
+    run = target["infer (compile=True)"]
+    assert run["steps"] == 1500 and run["fallback"] is None and run["compile_s"] > 0
+    assert isinstance(goals["target:infer compiled/infer <= 0.01"], bool)
     text = (tmp_path / "results.md").read_text()
     assert "## Target: the README example" in text and "torch_sgld" in text
 

@@ -75,6 +75,10 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--compile", action="store_true", default=argparse.SUPPRESS,
+                   help="run the steps compiled with torch.compile: the element-wise update "
+                   "of a network step (forward/backward stay eager); falls back to eager "
+                   "steps with a warning where a step cannot be compiled")
     p.add_argument("--tensorboard", metavar="DIR", help="also write each logged entry's "
                    "scalars to TensorBoard event files in DIR, one folder per run (needs "
                    "pip install 'bdlkit[tensorboard]'; allowed with --resume)")

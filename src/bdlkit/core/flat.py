@@ -157,6 +157,7 @@ class FlatProblem:
     def __repr__(self) -> str:
         return f"FlatProblem({self.problem!r}, d={self.layout.features})"
 
+    @torch.compiler.disable  # a network's forward/backward runs eagerly in a compiled step
     def value_and_score(self, theta: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         if self.oracle is not None:
             return self.oracle(theta, batch)

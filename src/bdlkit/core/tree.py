@@ -19,6 +19,8 @@ import optree
 import torch
 from torch import Tensor
 
+from bdlkit.core import rng
+
 TensorTree = Any  # a pytree whose leaves are tensors
 NAMESPACE = "bdlkit"
 T = TypeVar("T")
@@ -64,25 +66,25 @@ def tree_unflatten(spec: Any, leaves: list[Any]) -> Any:
     return optree.tree_unflatten(spec, leaves)
 
 
-def randn_like(tree: TensorTree, generator: torch.Generator, n: int | None = None
-               ) -> TensorTree:
+def randn_like(tree: TensorTree, generator: torch.Generator | rng.NoiseTape,
+               n: int | None = None) -> TensorTree:
     """Standard normal noise with the structure, shapes and dtypes of ``tree`` (with a new
     leading dimension of ``n`` draws when ``n`` is given).
 
     A dict of tensors of one dtype and device is drawn as *one* vector of all its values
     (in the dict's order) and split: one generator call per step, and the same numbers
     whether the parameters are a dict or the flat vector of :mod:`bdlkit.core.flat`.
+    ``generator`` may be a :class:`~bdlkit.core.rng.NoiseTape` (a compiled chunk).
     """
     lead = () if n is None else (n,)
     if isinstance(tree, dict) and len(tree) > 1 and _uniform(tree.values()):
         first = next(iter(tree.values()))
         sizes = [t.numel() for t in tree.values()]
-        z = torch.randn((*lead, sum(sizes)), generator=generator, dtype=first.dtype,
-                        device=first.device)
+        z = rng.normal((*lead, sum(sizes)), generator, first.dtype, first.device)
         return {k: part.reshape((*lead, *t.shape))
                 for (k, t), part in zip(tree.items(), z.split(sizes, dim=-1), strict=True)}
-    return tree_map(lambda t: torch.randn((*lead, *t.shape), generator=generator,
-                                          dtype=t.dtype, device=t.device), tree)
+    return tree_map(lambda t: rng.normal((*lead, *t.shape), generator, t.dtype, t.device),
+                    tree)
 
 
 def _uniform(leaves: Any) -> bool:

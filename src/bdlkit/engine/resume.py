@@ -59,6 +59,10 @@ def open_newest(folder: Path) -> tuple[Path, Checkpoint]:
     )
 
 
+#: What a checkpoint that does not record a key was written with (an older bdlkit's).
+_UNRECORDED = {"algorithm_version": "1", "compile": "off"}
+
+
 def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path,
                       method: str, changed: tuple[str, ...] = (),
                       fix: str = "resume with the run's own configuration") -> None:
@@ -74,7 +78,7 @@ def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path
             f"({CHECKPOINT_FORMAT}): resume it with the bdlkit release that wrote it"
         )
     for key, value in expected.items():
-        saved = meta.get(key, "1" if key == "algorithm_version" else None)
+        saved = meta.get(key, _UNRECORDED.get(key))
         if key == "algorithm_version" and saved != value:
             raise ValueError(
                 f"checkpoint {path} was written by version {saved} of {method}, whose update "

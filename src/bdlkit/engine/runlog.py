@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from bdlkit.core.errors import CorruptFileError
 from bdlkit.core.serialization import atomic_write_bytes
 
@@ -57,3 +59,23 @@ def truncate_log(path: str | os.PathLike, step: int) -> None:
 def append_log(path: str | os.PathLike, entry: dict[str, Any]) -> None:
     with Path(path).open("a") as f:
         f.write(json.dumps(entry) + "\n")
+
+
+def due(every: int | None, before: int, t: int) -> bool:
+    """Whether a multiple of ``every`` lies in steps ``before + 1 .. t`` (one step, or a
+    compiled chunk: something due inside it is done at its end)."""
+    return every is not None and t // every > before // every
+
+
+def postfix(entry: dict[str, float]) -> dict[str, str]:
+    """The progress bar's fields of a log entry: the log density and the evaluations."""
+    keys = [k for k in entry if k == "log_prob" or k.startswith("eval/")]
+    return {k.removeprefix("eval/"): f"{entry[k]:.4g}" for k in keys}
+
+
+def scalar(v: Any) -> float:
+    """A log entry's value: a float (a tensor is summed, e.g. over chains)."""
+    if isinstance(v, Tensor):
+        v = v.detach()
+        return float(v.sum()) if v.numel() > 1 else float(v)
+    return float(v)

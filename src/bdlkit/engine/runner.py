@@ -51,6 +51,7 @@ from bdlkit.engine.checkpoint import (
     set_global_rng_state,
 )
 from bdlkit.engine.collect import SampleStore, default_store
+from bdlkit.engine.compiled import CompiledSteps, chunk_size, positions
 from bdlkit.engine.result import Result
 from bdlkit.engine.resume import (
     CHECKPOINT_FORMAT,
@@ -61,7 +62,7 @@ from bdlkit.engine.resume import (
     open_newest,
     set_aside_diverged,
 )
-from bdlkit.engine.runlog import append_log, read_log, truncate_log
+from bdlkit.engine.runlog import append_log, due, postfix, read_log, scalar, truncate_log
 from bdlkit.engine.signals import Interrupted, deferred_stop
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.full_gaussian import FullGaussianParams
@@ -105,6 +106,11 @@ class Runner:
             of :mod:`bdlkit.engine.vi_checks`, which every VI run gets at the end.
         callbacks: called with each logged entry and the Result, not saved in checkpoints
             (:mod:`bdlkit.engine.callbacks`: the protocol, and how a failing one stops).
+        compile: run the steps compiled (:mod:`bdlkit.engine.compiled`): on a Target in
+            unrolled chunks of ``CHUNK_STEPS`` steps, logged, evaluated, checkpointed and
+            offered to callbacks at chunk ends only; on a network step by step with the
+            element-wise update compiled. Falls back to eager steps with a warning where
+            the step cannot be compiled.
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class Runner:
         progress: bool = False,
         warm_start: bool | None = None,
         callbacks: Sequence[Callback] | None = None,
+        compile: bool = False,
     ) -> None:
         for name, value in (("log_every", log_every), ("eval_every", eval_every),
                             ("checkpoint_every", checkpoint_every)):
@@ -170,6 +177,7 @@ class Runner:
         self.warm_start = (isinstance(init, (DiagGaussianParams, FullGaussianParams))
                            if warm_start is None else warm_start)
         self.last_checkpoint: Path | None = None
+        self.compile, self.compiled = bool(compile), None
         if max_samples is not None and max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, got {max_samples}")
         self._store_settings = {"burnin": burnin, "thin": thin, "max_samples": max_samples}
@@ -272,20 +280,26 @@ class Runner:
         clock = time.perf_counter()
         last_ckpt_time = clock
         t = start
+        compiled = self.compiled = (CompiledSteps(self.algorithm, whole_graph=isinstance(
+            self.problem, Target)) if self.compile else None)
         with deferred_stop() as interrupted:
             while t < total:
-                new_state, info = self.algorithm.step(state, self.batches(t))
+                new_state, done, draws, info = self._advance(state, t, total, compiled)
                 if LOG_PROB not in info:
                     raise TypeError(f"{method}.step returned an info without {LOG_PROB!r}, the "
                                     "step's log density the runner checks for NaN; add it "
                                     "(bdlkit.core.protocol.Algorithm)")
-                self._check_finite(info[LOG_PROB], t + 1,
-                                   info.get(NONFINITE, "the log density"))
-                state, t = new_state, t + 1
-                snapshot = state if t == watch else snapshot
-                if sampler and self.algorithm.keep(t):
-                    self.store.offer(t, self.algorithm.params(state))
-                entry = self._log_entry(state, info, t, total, elapsed + time.perf_counter() - clock)
+                before, t = t, t + done
+                self._check_finite(info[LOG_PROB], t, info.get(NONFINITE, "the log density"))
+                if done > 1 and not self.algorithm.is_finite(new_state):  # a NaN stays NaN
+                    raise NonFiniteError(self._nan_message("the parameters", t))
+                state = new_state
+                if watch is not None and before < watch <= t:
+                    snapshot, watch = state, t  # a chunk's end: compared as of that step
+                if sampler:
+                    self._offer(state, draws, before, t)
+                entry = self._log_entry(state, info, t, total,
+                                        elapsed + time.perf_counter() - clock, before)
                 failed = None
                 if entry is not None:
                     history.append(entry)
@@ -293,15 +307,15 @@ class Runner:
                         append_log(log, entry)
                     failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
                     if self.progress:  # a disabled bar still formats its postfix
-                        bar.set_postfix(_postfix(entry), refresh=False)
-                bar.update(1)
+                        bar.set_postfix(postfix(entry), refresh=False)
+                bar.update(t - before)
                 now = time.perf_counter()
-                due = (self.checkpoint_every is not None and t % self.checkpoint_every == 0) or (
+                checkpoint_due = due(self.checkpoint_every, before, t) or (
                     self.checkpoint_seconds is not None
                     and now - last_ckpt_time >= self.checkpoint_seconds
                 )
                 stop = interrupted() is not None or failed is not None
-                if self.run_dir is not None and (due or t == total or stop):
+                if self.run_dir is not None and (checkpoint_due or t == total or stop):
                     self._checkpoint(state, t, total, elapsed + now - clock)
                     last_ckpt_time = now
                 if failed is not None:  # the step is logged and checkpointed: now stop
@@ -321,7 +335,7 @@ class Runner:
             **{k: (getattr(self.store, k) if sampler else None)
                for k in ("burnin", "thin", "max_samples")},
             "wall_time_s": elapsed + time.perf_counter() - clock, "problem": repr(self.problem),
-            **(config or {}),
+            **({"compile": compiled.report()} if compiled else {}), **(config or {}),
         }
         if vi:
             vi_checks.warn_if_unfinished(self.algorithm, state, warm_start=self.warm_start,
@@ -347,6 +361,9 @@ class Runner:
         if self.store is not None:
             found["samples"] = (f"burnin={self.store.burnin}, thin={self.store.thin}, "
                                 f"max_samples={self.store.max_samples}")
+        # a compiled run draws its normals a chunk at a time (bdlkit.engine.compiled)
+        found["compile"] = str(chunk_size(isinstance(self.problem, Target))) if self.compile \
+            else "off"
         return found
 
     def check_checkpoint(self, meta: dict[str, Any], path: Path,
@@ -393,13 +410,42 @@ class Runner:
         history = read_log(self.run_dir / "log.jsonl", ckpt.step)
         return state, ckpt.step, history, float(meta.get("elapsed_s", 0.0))
 
+    def _advance(self, state: Any, t: int, total: int, compiled: CompiledSteps | None
+                 ) -> tuple[Any, int, dict[int, Any] | None, dict[str, Any]]:
+        """The next step, or chunk of steps when compiled and the run has room for one:
+        ``(state, steps done, {step: draw} the store may keep in a chunk, last info)``."""
+        size = compiled.size if compiled is not None else 0
+        if size and t + size <= total:
+            batches = (None if isinstance(self.problem, Target)
+                       else [self.batches(s) for s in range(t, t + size)])
+            keep = () if self.store is None or size == 1 else positions(
+                size, t, self.store.burnin, self.store.thin)  # one step: the state is the draw
+            ran = compiled.run(state, t, batches, keep)
+            if ran is not None:
+                new_state, draws, info = ran
+                kept = {t + 1 + j: draws[i] for i, j in enumerate(keep)} if keep else None
+                return new_state, size, kept, info
+        new_state, info = self.algorithm.step(state, self.batches(t))
+        return new_state, 1, None, info
+
+    def _offer(self, state: Any, draws: dict[int, Any] | None, before: int, t: int) -> None:
+        """Offer the draws after steps ``before + 1 .. t`` that are kept to the store."""
+        for s in self.store.wanted(before + 1, t + 1):
+            if self.algorithm.keep(s):
+                self.store.offer(s, self.algorithm.params(state) if draws is None else draws[s])
+
     def _log_entry(
-        self, state: Any, info: dict[str, Any], t: int, total: int, elapsed: float
+        self, state: Any, info: dict[str, Any], t: int, total: int, elapsed: float,
+        before: int | None = None,
     ) -> dict[str, float] | None:
-        evaluate = self.eval_every is not None and (t % self.eval_every == 0 or t == total)
-        if not (t % self.log_every == 0 or t == total or evaluate):
+        """The log entry after step ``t`` when one of steps ``before + 1 .. t`` (a chunk;
+        default: just ``t``) is due to be logged or evaluated, else None."""
+        before = t - 1 if before is None else before
+        evaluate = due(self.eval_every, before, t) or (self.eval_every is not None
+                                                         and t == total)
+        if not (due(self.log_every, before, t) or t == total or evaluate):
             return None
-        entry: dict[str, float] = {"step": t, **{k: _scalar(v) for k, v in info.items()
+        entry: dict[str, float] = {"step": t, **{k: scalar(v) for k, v in info.items()
                                                   if v is not None}}
         if evaluate:
             metrics = self.eval_fn(self.algorithm.params(state))
@@ -456,15 +502,3 @@ def store_options(algorithm: Algorithm) -> dict[str, Any]:
     """What an algorithm tells :func:`default_store`: whether it chooses its own draws
     (``chooses_draws``, with ``keep``) and how long it adapts itself (``warmup_steps``)."""
     return {"gated": algorithm.chooses_draws, "warmup": int(algorithm.warmup_steps)}
-
-
-def _postfix(entry: dict[str, float]) -> dict[str, str]:
-    keys = [k for k in entry if k == "log_prob" or k.startswith("eval/")]
-    return {k.removeprefix("eval/"): f"{entry[k]:.4g}" for k in keys}
-
-
-def _scalar(v: Any) -> float:
-    if isinstance(v, Tensor):
-        v = v.detach()
-        return float(v.sum()) if v.numel() > 1 else float(v)
-    return float(v)

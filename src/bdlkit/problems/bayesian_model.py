@@ -235,10 +235,13 @@ class BayesianModel:
         loglik = self.log_likelihood(params, batch)
         return self.combine(loglik.sum(), loglik.shape[0], self.log_prior(params))
 
+    @torch.compiler.disable
     def value_and_score(
         self, params: Params, batch: tuple[Tensor, Tensor]
     ) -> tuple[Tensor, Params]:
-        """``(log_posterior, ∇ log_posterior)`` with the configured oracle."""
+        """``(log_posterior, ∇ log_posterior)`` with the configured oracle (eager inside a
+        compiled step, :mod:`bdlkit.engine.compiled`: the module path swaps parameter
+        storage, which a graph cannot trace, and a network's own compilation is separate)."""
         if self.oracle == "module":
             return module_value_and_score(self, params, batch)
         return functional_value_and_score(self.log_posterior, params, batch)

@@ -1,8 +1,9 @@
 """Unnormalised log densities on R^d: the simplest inference problem.
 
 A :class:`Target` wraps a batched log density ``log_prob: (n, d) -> (n,)``. Its
-score comes from ``torch.func``, or from ``score=`` when the user gives the gradient in
-closed form (no autograd at all: the fast path for small targets). Algorithms see a
+score comes from autograd (``torch.func`` inside transforms and compiled chunks), or
+from ``score=`` when the user gives the gradient in closed form (no autograd at all: the
+fast path for small targets). Algorithms see a
 Target through the same oracle signature as a network posterior::
 
     value, score = target.value_and_score(theta, batch=None)
@@ -120,7 +121,9 @@ class Target:
         """Summed log density and its gradient (the score); ``batch`` is ignored."""
         del batch
         self._check_theta(theta)
-        composable = theta.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(theta)
+        compiling = torch.compiler.is_compiling()  # a compiled chunk: bdlkit.engine.compiled
+        composable = not compiling and (
+            theta.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(theta))
         if self.score_fn is not None and not composable:  # a transform differentiates log_prob
             flat = theta.reshape(-1, self.dim)
             with torch.no_grad():
@@ -129,8 +132,9 @@ class Target:
                 raise ValueError(f"Target {self.name!r}: score must map (n, {self.dim}) to "
                                  f"(n, {self.dim}), got {tuple(score.shape)}")
             return value, score.reshape(theta.shape)
-        if composable:
-            # inside a torch.func transform or a graph of the caller's: stay composable
+        if composable or compiling:
+            # inside a torch.func transform, a graph of the caller's or a compiled graph
+            # (which traces torch.func, not torch.autograd.grad): stay composable
             with torch.enable_grad():
                 score, value = torch.func.grad_and_value(
                     lambda t: self.log_prob(t).sum())(theta)

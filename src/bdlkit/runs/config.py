@@ -84,6 +84,10 @@ class RunConfig:
         default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, then ./data)"}
     )
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    compile: bool = field(
+        default=False, metadata={"cli": False, "help": "run the steps compiled (the CLI's "
+                                 "--compile; bdlkit.engine.compiled)"}
+    )
     dtype: str = field(
         default="float32", metadata={"help": "float32 or float64 (network and data)"}
     )
@@ -209,6 +213,12 @@ def _checked_field(f: dataclasses.Field, value: Any) -> Any:
         return _checked_mapping(f.name, value)
     if kind == "list":
         return _checked_changes(f.name, value)
+    if kind == "bool":
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise ConfigValueError(f.name, f"must be true or false, got {value!r}")
+        return value
     if not isinstance(value, str):
         raise ConfigValueError(f.name, f"must be a string, got {value!r}")
     return value

@@ -167,6 +167,7 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
         eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
         checkpoint_seconds=60.0 * cfg.checkpoint_minutes,
         checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress, callbacks=callbacks,
+        compile=cfg.compile,
     )
     return runner, problem, ds, runner.total
 

@@ -57,6 +57,13 @@ class SampleStore(ABC):
         """Whether the draw after ``step`` completed steps (1-based) is kept."""
         return step > self.burnin and (step - self.burnin) % self.thin == 0
 
+    def wanted(self, start: int, stop: int) -> range:
+        """The steps of ``start .. stop - 1`` that :meth:`wants` (a range: a compiled chunk
+        of a hundred steps asks once)."""
+        first = max(start, self.burnin + 1)
+        first += -(first - self.burnin) % self.thin
+        return range(first, stop, self.thin)
+
     @property
     def structure(self) -> str | None:
         """``"tensor"`` or ``"dict"`` once a draw is held (None before)."""
