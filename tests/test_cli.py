@@ -493,20 +493,3 @@ def test_bench_refuses_a_folder_it_did_not_write(tmp_path, capsys):
     assert "not written by bdlkit" in error_line(capsys.readouterr().err)
     assert (tmp_path / "report.md").read_text() == "my report"
 
-
-def test_fit_compile_gives_the_eager_metrics_and_is_recorded(finished_run, tmp_path, capsys):
-    """``--compile`` (the element-wise update of each network step compiled): the metrics of
-    the acceptance run to float32 rounding, and the choice is kept in config.yaml, so a
-    resume compiles too (a compiled run draws its noise like an eager one on networks)."""
-    out = tmp_path / "compiled"
-    assert main([a.format(out=out) for a in ACCEPTANCE] + ["--compile"]) == 0
-    assert load_yaml(out / "config.yaml")["compile"] is True
-    compiled = json.loads((out / "metrics.json").read_text())
-    eager = json.loads((finished_run[0] / "metrics.json").read_text())
-    for key in ("accuracy", "nll", "ece"):
-        assert compiled[key] == pytest.approx(eager[key], rel=1e-5, abs=1e-6)
-    assert main(["fit", "--resume", str(out), "--no-progress"]) == 0
-    capsys.readouterr()
-    with pytest.raises(SystemExit):  # a flag, not a value
-        main(["fit", "--method", "sgld", "--out", str(tmp_path / "x"), "--compile", "yes"])
-    assert "unrecognized option yes" in capsys.readouterr().err

@@ -3,6 +3,7 @@ that keep, log, stop and resume like eager ones, and an eager fallback that says
 
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -117,28 +118,34 @@ def _sgld_runner(**kw):
     return Runner(alg, steps=kw.pop("steps", 40), seed=0, chains=2, **kw)
 
 
-def test_a_compiled_run_keeps_logs_and_reports_like_an_eager_one(monkeypatch):
-    """Chunks of 4 on a 42-step run: chunks up to step 40, then two eager steps. The kept
-    draws are those of the same chunks run eagerly; the log has an entry per chunk end and
-    per eager step; the config reports the compile."""
+ONE_D = bdlkit.Target(lambda t: (-0.5 * ((t - 0.5) / 0.7) ** 2).sum(-1), 1,
+                      dtype=torch.float64)
+
+
+def test_a_compiled_run_keeps_logs_and_reports_like_an_eager_run(monkeypatch):
+    """One chain in 1-D draws one normal per step, so the chunks' tape holds the eager
+    stream itself: a compiled run of 42 steps (chunks of 4 up to step 40, then two eager
+    steps) keeps the draws of an eager run, after the same steps, to rounding; the log has
+    an entry per chunk end and per eager step; the config reports the compile."""
     monkeypatch.setattr(compiled_module, "CHUNK_STEPS", 4)
-    compiled = _sgld_runner(steps=42, compile=True, burnin=10, thin=3).fit()
-    eager_store = MemoryStore(burnin=10, thin=3)
-    monkeypatch.setattr(compiled_module.CompiledSteps, "__init__", _eager_init)
-    eager = _sgld_runner(steps=42, compile=True, store=eager_store).fit()
-    assert compiled.samples.shape == eager.samples.shape == (10, 2, 3)  # steps 13, 16, .., 40
+    runs = [Runner(get_method("sgld").build(ONE_D, lr=0.05), steps=42, seed=0, chains=1,
+                   burnin=10, thin=3, compile=compile).fit() for compile in (True, False)]
+    compiled, eager = runs
+    assert compiled.samples.shape == eager.samples.shape == (10, 1, 1)  # steps 13, .., 40
     torch.testing.assert_close(compiled.samples, eager.samples, rtol=1e-12, atol=1e-14)
+    _assert_same(compiled.state, eager.state)
     assert [e["step"] for e in compiled.history] == [*range(4, 41, 4), 41, 42]
     report = compiled.config["compile"]
     assert report["chunk_steps"] == 4 and report["fallback"] is None and report["compile_s"] > 0
+    assert "compile" not in eager.config
 
 
-_ORIGINAL_INIT = CompiledSteps.__init__
-
-
-def _eager_init(self, algorithm, *, whole_graph, size=None, compiler=None):
-    _ORIGINAL_INIT(self, algorithm, whole_graph=whole_graph, size=size,
-                   compiler=lambda fn: fn)
+def test_map_runs_compiled_without_noise(monkeypatch):
+    monkeypatch.setattr(compiled_module, "CHUNK_STEPS", 5)
+    runs = [Runner(get_method("map").build(GAUSSIAN, lr=0.05), steps=20, seed=0,
+                   compile=compile).fit() for compile in (True, False)]
+    assert runs[0].config["compile"]["fallback"] is None
+    _assert_same(runs[0].state, runs[1].state)
 
 
 def test_a_compiled_run_samples_the_gaussian(monkeypatch):
@@ -161,6 +168,7 @@ def test_a_compiled_run_samples_the_gaussian(monkeypatch):
 def test_a_compiled_run_resumes_bit_exactly(tmp_path, monkeypatch):
     monkeypatch.setattr(compiled_module, "CHUNK_STEPS", 4)
     full = _sgld_runner(compile=True, run_dir=tmp_path / "a", checkpoint_every=10).fit()
+    assert full.config["compile"]["fallback"] is None
     folder = tmp_path / "a" / "checkpoints"
     steps = [int(p.stem.split("-")[1]) for p in list_checkpoints(folder)]
     assert steps == [32, 40]  # chunk ends where a due one falls in (12, 20, 32, 40), 2 kept
@@ -168,15 +176,21 @@ def test_a_compiled_run_resumes_bit_exactly(tmp_path, monkeypatch):
     again = _sgld_runner(compile=True, run_dir=tmp_path / "a", checkpoint_every=10).fit(
         resume=True)
     assert torch.equal(again.samples, full.samples)
-    with pytest.raises(ValueError, match="compile"):  # an eager run draws other normals
+    assert torch.equal(again.state.params, full.state.params)
+    assert torch.equal(again.state.rng_state, full.state.rng_state)
+    with pytest.raises(ValueError, match="compile='chunks of 4'.*compile='off'"):
         _sgld_runner(run_dir=tmp_path / "a", checkpoint_every=10).fit(resume=True)
 
 
 def test_a_diverging_compiled_run_stops_with_the_nan_message(monkeypatch):
     monkeypatch.setattr(compiled_module, "CHUNK_STEPS", 4)
     alg = get_method("sgld").build(GAUSSIAN, lr=3.0)
-    with pytest.raises(NonFiniteError, match="NaN or infinite at step .*lower lr"):
-        Runner(alg, steps=2000, seed=0, chains=2, compile=True).fit()
+    runner = Runner(alg, steps=2000, seed=0, chains=2, compile=True)
+    with pytest.raises(NonFiniteError, match="NaN or infinite at step .*lower lr"), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*cannot run as compiled")  # compiled
+        runner.fit()
+    assert runner.compiled.fallback is None
 
 
 def test_each_run_compiles_its_own_graph_beyond_torchs_recompile_limit():
@@ -238,4 +252,6 @@ def test_a_noise_tape_hands_out_its_normals_in_order_and_counts():
     assert counter.used == 4
     with pytest.raises(TypeError, match="one dtype"):
         counter.normal((1,), torch.float32, "cpu")
+    with pytest.raises(TypeError, match="used up"):
+        tape.normal((4,), torch.float32, "cpu")
     assert rng.from_state(tape) is tape and rng.state_of(tape) is tape

@@ -51,6 +51,10 @@ class NoiseTape:
             return torch.zeros(shape, dtype=dtype, device=device)
         if dtype != self.block.dtype:
             raise TypeError(f"the noise tape holds {self.block.dtype}, the step asks for {dtype}")
+        if self.used + numel > self.block.numel():
+            raise TypeError(f"the noise tape is used up: it holds {self.block.numel()} normals "
+                            f"and the steps ask for more (a step drew more than the first "
+                            f"step of the run, {self.used} so far)")
         z = self.block[self.used:self.used + numel].view(shape).clone()  # fresh: steps
         self.used += numel                                                # mutate noise
         return z

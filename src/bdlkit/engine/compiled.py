@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import sys
 import time
 import types
 import warnings
@@ -49,6 +50,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.core import rng
+from bdlkit.core.errors import caller_stacklevel
 from bdlkit.core.flat import FlatLayout, pack, unpack
 from bdlkit.core.protocol import Info
 from bdlkit.core.tree import tree_map
@@ -123,10 +125,12 @@ class CompiledSteps:
             chunk = self._compiled.get(key) or self._compile(target, noisy, key)
             start = time.perf_counter()
             with warnings.catch_warnings() if first else contextlib.nullcontext():
-                warnings.filterwarnings("ignore", message=".*torch.jit.script.* is deprecated")
+                if first:  # torch's own deprecations, from inside inductor
+                    warnings.filterwarnings("ignore", message=".*torch.jit.script.* is "
+                                            "deprecated")
                 out, draws, info = chunk(_replace(packed, step=_counter(t),
                                                   rng_state=None if noisy else _KEEP),
-                                         block, batches)  # (torch's own, from inductor)
+                                         block, batches)
             if first:
                 self.compile_s += time.perf_counter() - start
         except Exception as err:  # noqa: BLE001 - any failure to compile means: go eager
@@ -185,8 +189,9 @@ class CompiledSteps:
             f"compile=True: {self.algorithm.label} cannot run as compiled chunks of "
             f"{self.size} step(s) ({self.fallback}); the run goes on eagerly. A whole graph "
             "cannot hold a Python decision on the step or on a value (a step-size schedule, "
-            "a cyclical phase, an accept/reject test)",
-            stacklevel=3,
+            "a cyclical phase, an accept/reject test); an error of the problem itself is "
+            "raised again by the eager step",
+            stacklevel=caller_stacklevel(),
         )
 
 
@@ -202,9 +207,10 @@ def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with a code object of its own: torch.compile keeps its compiled graphs, and
     its limit of 8 recompilations, per code object, and every chunk is a closure of the
     same code; without a copy a process's ninth compiled run would fall back to eager."""
-    name = f"{fn.__name__}_{next(_CODES)}"
-    return types.FunctionType(fn.__code__.replace(co_name=name, co_qualname=name),
-                              fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    name = f"{fn.__name__}_{next(_CODES)}"  # a name of its own too: torch keys some state
+    names = {"co_name": name} | ({"co_qualname": name} if sys.version_info >= (3, 11) else {})
+    return types.FunctionType(fn.__code__.replace(**names), fn.__globals__, name,
+                              fn.__defaults__, fn.__closure__)
 
 
 _CODES = itertools.count()

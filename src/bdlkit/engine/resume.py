@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bdlkit.core.errors import CorruptFileError, RecoveryWarning, caller_stacklevel
+from bdlkit.engine import vi_checks
 from bdlkit.engine.checkpoint import (
     Checkpoint,
     list_checkpoints,
@@ -70,7 +71,8 @@ def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path
     ``expected`` describes (:meth:`bdlkit.Runner.fingerprint`, method, seed, length).
     ``changed`` names hyperparameters the caller has deliberately changed (a resume with
     a smaller step size). A key the checkpoint does not record (written by an older
-    bdlkit, e.g. ``samples``) is not checked."""
+    bdlkit) is not checked (``samples``) or takes the value that bdlkit ran with
+    (``_UNRECORDED``: version 1, eager steps)."""
     written = meta.get("checkpoint_format", 1)
     if written > CHECKPOINT_FORMAT:
         raise ValueError(
@@ -175,3 +177,22 @@ def set_aside_diverged(folder: Path) -> Path | None:
         if keep is None or path > keep:
             set_aside(path, "diverged")
     return keep
+
+
+def nan_message(algorithm: Any, what: str, t: int, run_dir: Path | None
+                ) -> tuple[str, Path | None]:
+    """The NaN stop's message, and the checkpoint a resume continues from: with a
+    ``run_dir`` the checkpoints after the newest sane one are set aside first
+    (:func:`set_aside_diverged`), so the message names that one."""
+    knob, lr = vi_checks.step_size(algorithm)  # the option the algorithm declares
+    hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
+    kept, good = "", None
+    if run_dir is not None:
+        good = set_aside_diverged(run_dir / "checkpoints")
+        kept = (f"; the last checkpoint with finite, bounded parameters is {good} (later "
+                f"ones are set aside as *.diverged): `bdlkit fit --resume {run_dir} "
+                f"--{knob.replace('_', '-')} <smaller>` continues from it" if good else
+                "; no checkpoint before it has usable parameters")
+    return (f"{algorithm.label}: {what} became NaN or infinite at step {t}{kept}. The step "
+            f"size is probably too large: lower {knob}{hint}, e.g. by 10x; or check the data "
+            "for extreme values and the prior scale"), good

@@ -58,9 +58,9 @@ from bdlkit.engine.resume import (
     SANE_FACTOR,
     check_fingerprint,
     listed_files,
+    nan_message,
     newest_sane,
     open_newest,
-    set_aside_diverged,
 )
 from bdlkit.engine.runlog import append_log, due, postfix, read_log, scalar, truncate_log
 from bdlkit.engine.signals import Interrupted, deferred_stop
@@ -293,9 +293,10 @@ class Runner:
                 self._check_finite(info[LOG_PROB], t, info.get(NONFINITE, "the log density"))
                 if done > 1 and not self.algorithm.is_finite(new_state):  # a NaN stays NaN
                     raise NonFiniteError(self._nan_message("the parameters", t))
+                if watch is not None and before < watch < t:  # inside a chunk: its start
+                    snapshot, watch = state, before
                 state = new_state
-                if watch is not None and before < watch <= t:
-                    snapshot, watch = state, t  # a chunk's end: compared as of that step
+                snapshot = state if t == watch else snapshot
                 if sampler:
                     self._offer(state, draws, before, t)
                 entry = self._log_entry(state, info, t, total,
@@ -362,8 +363,8 @@ class Runner:
             found["samples"] = (f"burnin={self.store.burnin}, thin={self.store.thin}, "
                                 f"max_samples={self.store.max_samples}")
         # a compiled run draws its normals a chunk at a time (bdlkit.engine.compiled)
-        found["compile"] = str(chunk_size(isinstance(self.problem, Target))) if self.compile \
-            else "off"
+        found["compile"] = (f"chunks of {chunk_size(isinstance(self.problem, Target))}"
+                            if self.compile else "off")
         return found
 
     def check_checkpoint(self, meta: dict[str, Any], path: Path,
@@ -414,7 +415,8 @@ class Runner:
                  ) -> tuple[Any, int, dict[int, Any] | None, dict[str, Any]]:
         """The next step, or chunk of steps when compiled and the run has room for one:
         ``(state, steps done, {step: draw} the store may keep in a chunk, last info)``."""
-        size = compiled.size if compiled is not None else 0
+        size = compiled.size if compiled is not None and compiled.fallback is None else 0
+        batches = None
         if size and t + size <= total:
             batches = (None if isinstance(self.problem, Target)
                        else [self.batches(s) for s in range(t, t + size)])
@@ -425,7 +427,8 @@ class Runner:
                 new_state, draws, info = ran
                 kept = {t + 1 + j: draws[i] for i, j in enumerate(keep)} if keep else None
                 return new_state, size, kept, info
-        new_state, info = self.algorithm.step(state, self.batches(t))
+        batch = batches[0] if batches else self.batches(t)  # a batch is drawn once
+        new_state, info = self.algorithm.step(state, batch)
         return new_state, 1, None, info
 
     def _offer(self, state: Any, draws: dict[int, Any] | None, before: int, t: int) -> None:
@@ -458,23 +461,12 @@ class Runner:
             raise NonFiniteError(self._nan_message(what, t))
 
     def _nan_message(self, what: str, t: int) -> str:
-        """The NaN stop's message; with a run_dir, the checkpoints after the newest sane one
-        are set aside first, so the message names the one a resume continues from."""
-        knob, lr = vi_checks.step_size(self.algorithm)  # the option the algorithm declares
-        hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
-        kept = ""
+        """The NaN stop's message (:func:`~bdlkit.engine.resume.nan_message`; with a run_dir
+        the checkpoints after the newest sane one are set aside first)."""
+        message, good = nan_message(self.algorithm, what, t, self.run_dir)
         if self.run_dir is not None:
-            good = set_aside_diverged(self.run_dir / "checkpoints")
             self.last_checkpoint = good
-            kept = (f"; the last checkpoint with finite, bounded parameters is {good} (later "
-                    f"ones are set aside as *.diverged): `bdlkit fit --resume {self.run_dir} "
-                    f"--{knob.replace('_', '-')} <smaller>` continues from it" if good else
-                    "; no checkpoint before it has usable parameters")
-        return (
-            f"{self.algorithm.label}: {what} became NaN or infinite at step {t}{kept}. The step "
-            f"size is probably too large: lower {knob}{hint}, e.g. by 10x; or check the data for "
-            "extreme values and the prior scale"
-        )
+        return message
 
     def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
         if not self.algorithm.is_finite(state):
