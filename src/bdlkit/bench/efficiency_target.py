@@ -107,7 +107,7 @@ def run(steps: int, rounds: int) -> dict[str, Any]:
               for k in CASES if k != "torch loop"}
     compiled = _compiled(COMPILED_FACTOR * steps)
     eager = 1e6 * median["infer"] / steps
-    compiled["vs_torch_loop"] = compiled["us_per_step"] / rows[-1]["us_per_step"]
+    compiled["vs_torch_loop"] = compiled["us_per_step"] / (1e6 * median["torch loop"] / steps)
     compiled["vs_eager_infer"] = compiled["us_per_step"] / eager
     rows.append(compiled)
     ratios["target:infer compiled/infer"] = compiled["vs_eager_infer"]  # per step

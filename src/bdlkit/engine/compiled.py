@@ -81,7 +81,6 @@ class CompiledSteps:
                  ) -> None:
         self.algorithm = algorithm
         self.compiler = compiler or (lambda fn: torch.compile(fn, fullgraph=whole_graph))
-        self.whole_graph = whole_graph
         self.size = int(size or chunk_size(whole_graph))
         if self.size < 1:
             raise ValueError(f"a compiled chunk needs at least one step, got {size}")
