@@ -1,7 +1,7 @@
 """The folders are the architecture: every import goes to the same or a lower layer.
 
 Layers, lowest first (docs/architecture.md): core; what is inferred and measured
-(problems, families, models, data, metrics, diagnostics, l2e's meta-learned parts);
+(problems, families, models, data, metrics, diagnostics, the meta-learned parts of l2e and meta_sgmcmc);
 algorithms; evaluation (predictive, metrics of a result); engine (runner, stores,
 checkpoints, Result); runs (config, run directories, reports, reference, load); the
 one-call API (infer); benchmarks; the CLI. Imports only for type checking are exempt.
@@ -16,7 +16,7 @@ ROOT = Path(bdlkit.__file__).parent
 LAYERS = {
     "core": 0,
     "problems": 1, "families": 1, "models": 1, "data": 1, "metrics": 1, "diagnostics": 1,
-    "l2e": 1,
+    "l2e": 1, "meta_sgmcmc": 1,
     "algorithms": 2,
     "evaluation": 3,
     "engine": 4,

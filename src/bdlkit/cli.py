@@ -36,6 +36,7 @@ from bdlkit import algorithms, bench, data, models
 from bdlkit.cli_errors import OneLineParser, method_value, option_type, relabel, run_guarded
 from bdlkit.core.errors import InputError
 from bdlkit.l2e import command as l2e_command
+from bdlkit.meta_sgmcmc import command as meta_sgmcmc_command
 from bdlkit.runs import console
 from bdlkit.runs.config import (
     ConfigValueError,
@@ -396,7 +397,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     p.add_argument("--settings", metavar="S,T", help="... on just these settings ...")
     p.add_argument("--reuse", metavar="DIR", help="... and take the other rows from the "
                    "results.json in DIR (same plan)")
-    l2e_command.add_parser(sub, _FORMATTER)
+    p = sub.add_parser("meta-train", formatter_class=_FORMATTER,
+                       help="meta-train a learned sampler (L2E or Meta-SGMCMC)",
+                       description="Meta-train a learned sampler's networks on bdlkit's "
+                       "offline task distribution; `bdlkit meta-train LEARNER --help` lists "
+                       "a learner's options.",
+                       epilog="examples:\n  bdlkit meta-train l2e --out runs/l2e-meta "
+                       "--budget-minutes 5\n  bdlkit meta-train meta-sgmcmc --out "
+                       "runs/msg-meta --budget-minutes 5")
+    learners = p.add_subparsers(dest="learner", required=True, metavar="LEARNER")
+    l2e_command.add_parser(learners, _FORMATTER)
+    meta_sgmcmc_command.add_parser(learners, _FORMATTER)
     sub.add_parser("list", help="list methods, models, data sets and suites",
                    epilog="example:\n  bdlkit list", formatter_class=_FORMATTER)
     p = sub.add_parser("demo", help="compare every method on digits (< 3 minutes)",
@@ -438,7 +449,8 @@ def _dispatch(args: argparse.Namespace, argv: list[str], fit_parser: Any) -> int
     if args.command == "demo":
         return cmd_demo(args)
     if args.command == "meta-train":
-        return l2e_command.run(args, argv)
+        learner = l2e_command if args.learner == "l2e" else meta_sgmcmc_command
+        return learner.run(args, argv)
     list_components()
     return 0
 

@@ -70,6 +70,19 @@ def test_claims_are_rejected_or_undetermined():
     assert l2e.compute_claims(rows)["a_agreement_with_hmc"]["supported"] is None
 
 
+def test_ess_ordering_claim_needs_every_task_in_order():
+    claims = l2e.compute_claims(_rows())  # l2e 300 > csghmc 100 > meta_sgmcmc 50
+    d = claims["d_ess_ordering"]
+    assert d["supported"] is True and d["values"]["cifar10 meta_sgmcmc"] == 50.0
+    assert len(d["values"]) == 3 * len(TASKS)
+    rows = _rows()
+    next(r for r in rows if r["task"] == "mnist-mlp" and r["method"] == "meta_sgmcmc")[
+        "ess_per_s"] = 150.0  # above csghmc on one task
+    assert l2e.compute_claims(rows)["d_ess_ordering"]["supported"] is False
+    rows = [r for r in _rows() if r["method"] != "meta_sgmcmc"]
+    assert l2e.compute_claims(rows)["d_ess_ordering"]["supported"] is None
+
+
 def _ar1_chain(gen, draws=60, rho=0.7):
     shapes = {"fc.weight": (4, 3), "fc.bias": (3,)}
     out = {}
@@ -136,11 +149,15 @@ def test_report_has_every_task_method_and_claim(tmp_path):
     claims = l2e.compute_claims(rows)
     settings = {"quick": True, "seed": 0, "chains": 3, "device": "cpu",
                 "methods": l2e.METHODS, "wall_s": 12.0, "task_notes": {},
-                "meta_params": {"path": "x.safetensors", "sha256": "ab" * 32, "info": {}}}
+                "meta_params": {"l2e": {"path": "x.safetensors", "sha256": "ab" * 32,
+                                        "info": {}},
+                                "meta_sgmcmc": {"error": "FileNotFoundError: gone"}}}
     text = l2e_report.write_report(tmp_path, rows, claims, l2e.tasks(True), settings,
                                    "bdlkit bench l2e --quick --out X", {"cpus": 2})
     assert (tmp_path / "report.md").read_text() == text
-    for name in (*TASKS, *l2e.METHODS, "hmc", "## Claims", "## Failures", "NonFiniteError"):
+    for name in (*TASKS, *l2e.METHODS, "hmc", "## Claims", "## Failures", "NonFiniteError",
+                 "l2e meta-parameters: `x.safetensors`",
+                 "meta_sgmcmc meta-parameters: FileNotFoundError: gone", "(d) L2E's ESS"):
         assert name in text
     assert "| n/a |" in text  # ensemble ESS / R-hat
     assert "**supported**" in text and "0.9000 ± 0.0100" in text
@@ -194,7 +211,8 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
             assert r["ess_per_s"] > 0 and r["rhat_coords"] > 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["claims"]) == {"a_agreement_with_hmc", "b_ess_per_second_ratio",
-                                      "c_step_time_ratio"}
+                                      "c_step_time_ratio", "d_ess_ordering"}
+    assert set(results["settings"]["meta_params"]) == {"l2e", "meta_sgmcmc"}
     assert results["settings"]["chains"] == 2 and results["suite"] == "l2e"
     assert (tmp_path / "runs" / "mnist-mlp" / "l2e-seed1" / "config.yaml").is_file()
     assert "## mnist-mlp" in (tmp_path / "report.md").read_text()

@@ -19,7 +19,7 @@ from bdlkit.algorithms.mcmc import hmc, nuts
 from bdlkit.algorithms.options import undocumented
 from bdlkit.algorithms.point import ensemble
 from bdlkit.algorithms.point import map as map_
-from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, psgld, sghmc, sgld
+from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, meta_sgmcmc, psgld, sghmc, sgld
 from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, score_vi
 from bdlkit.core.errors import InputError
 from bdlkit.core.protocol import KINDS, AlgorithmBase, EnsembleBase, Variational
@@ -98,6 +98,8 @@ register("csghmc", csghmc,
 register("csgld", csgld, "cyclical SGLD (Zhang et al. 2020)")
 register("l2e", l2e,
          "learning to explore: SG-MCMC with a meta-learned kinetic energy (Kim et al. 2024)")
+register("meta_sgmcmc", meta_sgmcmc,
+         "Meta-SGMCMC: SGHMC with meta-learned curl and diffusion networks (Gong et al. 2019)")
 register("ensemble", ensemble,
          "deep ensemble: independently initialised MAP members (Lakshminarayanan 2017)")
 register("hmc", hmc,

@@ -63,6 +63,8 @@ NOTES: dict[str, str] = {
     "l2e": "the shipped meta-parameters (meta-trained on other tasks, never on digits) with "
            "their constants: grad_scale 50000 and code-form noise, i.e. a cold posterior "
            "(docs/sgmcmc.md)",
+    "meta_sgmcmc": "the shipped Q_f/D_f networks (meta-trained by bdlkit on other tasks, never "
+                   "on digits) at their constants, step sqrt(0.007/N) (docs/meta_sgmcmc.md)",
     "ensemble": "5 members, each trained for the full number of steps (5x the cost of MAP)",
 }
 COLUMNS = ["method", "kind", "steps", "accuracy", "nll", "ece", "brier", "train_s", "train_ratio",

@@ -7,8 +7,8 @@ diagonal Gaussian elsewhere), ``score_vi_spline`` and ``advi_spline`` (``family=
 a monotone spline per tensor on every weight; the ratios ``score_vi_flow/score_vi``,
 ``score_vi_spline/score_vi``, ... are what each family costs over the diagonal one),
 ``sgld`` and any
-other registered minibatch sampler (default hyperparameters; ``l2e`` with its shipped
-meta-parameters). A method that is not in
+other registered minibatch sampler (default hyperparameters; ``l2e`` and ``meta_sgmcmc``
+with their shipped meta-parameters). A method that is not in
 :data:`bdlkit.algorithms.METHODS` when the suite runs is skipped and listed under
 ``skipped``; one that fails (out of memory, diverges, cannot be built) keeps its row with
 the reason in ``status``: the suite never stops for one method.

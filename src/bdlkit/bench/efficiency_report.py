@@ -37,11 +37,13 @@ TIME_PAIRS = [("sgd", "torch_sgd"), ("torch_sgld", "torch_sgd"), ("sgld", "torch
               ("posteriors_sghmc", "torch_sgd"), ("posteriors_vi_diag", "torch_sgd"),
               ("score_vi", "sgd"), ("score_vi", "advi"), ("advi", "sgd"), ("fisher_vi", "sgd"),
               ("fisher_vi", "score_vi"), ("sgld", "sgd"), ("sghmc", "sgd"), ("l2e", "sghmc"),
-              ("l2e", "sgd"), ("score_vi_flow", "score_vi"), ("advi_flow", "advi"),
+              ("l2e", "sgd"), ("meta_sgmcmc", "sghmc"), ("meta_sgmcmc", "sgd"),
+              ("score_vi_flow", "score_vi"), ("advi_flow", "advi"),
               ("score_vi_spline", "score_vi"), ("advi_spline", "advi")]
 MEM_PAIRS = [("score_vi", "advi"), ("score_vi", "sgd"), ("advi", "sgd"), ("fisher_vi", "sgd"),
-             ("sgld", "sgd"), ("l2e", "sghmc"), ("score_vi_flow", "score_vi"),
-             ("advi_flow", "advi"), ("score_vi_spline", "score_vi"), ("advi_spline", "advi")]
+             ("sgld", "sgd"), ("l2e", "sghmc"), ("meta_sgmcmc", "sghmc"),
+             ("score_vi_flow", "score_vi"), ("advi_flow", "advi"),
+             ("score_vi_spline", "score_vi"), ("advi_spline", "advi")]
 #: functions whose cumulative time is reported as a phase of a profiled step
 PHASES = ("value_and_score", "minibatch_scores", "sample", "draw_eps", "reparam",
           "rb_gradients", "mc_gradients", "elbo_grad", "loss_and_grad", "update",

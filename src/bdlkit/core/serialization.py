@@ -38,8 +38,9 @@ from torch import Tensor
 from bdlkit.core.errors import CorruptFileError
 from bdlkit.core.tree import tree_flatten_with_path, tree_unflatten
 
-__all__ = ["CorruptFileError", "atomic_write_bytes", "check_digest", "load_json",
-           "load_tensors", "load_tensors_with_metadata", "remove_stale_temps", "save_json",
+__all__ = ["CorruptFileError", "atomic_write_bytes", "canonical_header", "check_digest",
+           "load_json", "load_tensors", "load_tensors_with_metadata", "remove_stale_temps",
+           "save_json",
            "save_tensors", "state_from_tensors", "state_to_tensors", "tensor_digest"]
 
 DIGEST_KEY = "bdlkit.sha256"  # the metadata entry of a tensor file's checksum
@@ -133,8 +134,22 @@ def save_tensors(path: str | os.PathLike, tensors: dict[str, Tensor],
     with their :func:`tensor_digest` in the metadata; returns the digest."""
     data = {k: v.detach().contiguous().clone().cpu() for k, v in tensors.items()}
     digest = tensor_digest(data)
-    atomic_write_bytes(path, st_save(data, metadata={**(metadata or {}), DIGEST_KEY: digest}))
+    raw = st_save(data, metadata={**(metadata or {}), DIGEST_KEY: digest})
+    atomic_write_bytes(path, canonical_header(raw))
     return digest
+
+
+def canonical_header(raw: bytes) -> bytes:
+    """``raw`` safetensors bytes with the JSON header's keys sorted, padded with spaces to
+    its original length (as the format pads it): the writer orders the metadata keys as its
+    hash map iterates, differently from one write to the next, so without this two saves
+    of the same tensors and metadata differ in their bytes. Tensor data are untouched."""
+    (size,) = struct.unpack("<Q", raw[:8])
+    sorted_json = json.dumps(json.loads(raw[8:8 + size]), sort_keys=True,
+                             separators=(",", ":"), ensure_ascii=False).encode()
+    if len(sorted_json) > size:  # a different escaping: keep the writer's own header
+        return raw
+    return raw[:8] + sorted_json.ljust(size, b" ") + raw[8 + size:]
 
 
 def load_tensors_with_metadata(path: str | os.PathLike, advice: str = _READ_ADVICE,

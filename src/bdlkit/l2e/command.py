@@ -22,13 +22,12 @@ EXAMPLES = """examples:
 def add_parser(sub: Any, formatter: type) -> argparse.ArgumentParser:
     d = MetaTrainConfig()
     p = sub.add_parser(
-        "meta-train", allow_abbrev=False, formatter_class=formatter, epilog=EXAMPLES,
-        help="meta-train a learned sampler (L2E) by evolution strategies",
+        "l2e", allow_abbrev=False, formatter_class=formatter, epilog=EXAMPLES,
+        help="L2E's kinetic-energy MLP, by evolution strategies",
         description="Meta-train L2E's kinetic-energy MLP by antithetic evolution strategies "
         "on a distribution of small offline classification tasks (BMA meta-loss). Writes "
         "DIR/meta_params.safetensors (use with `bdlkit fit --method l2e --meta-params`), a "
         "checkpoint, history.json and meta_loss.png; rerunning with --out DIR resumes.")
-    p.add_argument("learner", choices=("l2e",), help="what to meta-train (l2e)")
     p.add_argument("--out", required=True, metavar="DIR", help="run folder (resumed if present)")
     p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
                    help=f"wall-clock budget of this invocation (default {d.budget_minutes:g})")

@@ -38,7 +38,6 @@ on 2 CPU cores (both are options and are stored with the meta-parameters):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -51,16 +50,13 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from bdlkit.core import meta_run
 from bdlkit.core.lock import run_lock
-from bdlkit.core.plotting import new_figure, save_png
 from bdlkit.core.rng import fold_in
 from bdlkit.core.serialization import (
     CorruptFileError,
-    load_json,
-    load_tensors_with_metadata,
     remove_stale_temps,
     save_json,
-    save_tensors,
 )
 from bdlkit.l2e import es
 from bdlkit.l2e.kinetic import META_KEYS, Constants, LearnedKinetic, MetaParams, init_meta_params
@@ -74,9 +70,6 @@ def _print(text: str) -> None:
     print(text, flush=True)
 
 
-#: files a run writes in its folder (removed by ``overwrite``)
-OUTPUTS = ("checkpoint.safetensors", "history.json", "meta_params.safetensors",
-           "meta_loss.png", "config.json")
 #: options that may change between a run and its resumption
 RESUMABLE = ("outer_steps", "budget_minutes", "checkpoint_every")
 
@@ -241,7 +234,8 @@ def _meta_train(out: Path, cfg: MetaTrainConfig, overwrite: bool, data_root: str
                            command, say)
     finally:
         torch.set_flush_denormal(False)  # torch's default
-    return {"steps": step, "final_meta_loss": _smoothed(history)[-1] if history else None,
+    return {"steps": step,
+            "final_meta_loss": meta_run.smoothed(history)[-1] if history else None,
             "out": str(out)}
 
 
@@ -279,85 +273,46 @@ def _progress(history: list[dict[str, Any]], cfg: MetaTrainConfig) -> str:
         return "no outer step ran (the budget was used up before the first one)"
     last = history[-1]
     return (f"outer step {last['step'] + 1}/{cfg.outer_steps}: meta-loss "
-            f"{_smoothed(history)[-1]:.4f} (moving average of {min(len(history), 20)}), "
-            f"{last['task']}, {last['seconds']:.1f} s/step")
-
-
-def _smoothed(history: list[dict[str, Any]], window: int = 20) -> list[float]:
-    vals = [h["meta_loss"] for h in history]
-    out = []
-    for i in range(len(vals)):
-        chunk = [v for v in vals[max(0, i - window + 1): i + 1] if v is not None]
-        out.append(sum(chunk) / len(chunk) if chunk else float("nan"))
-    return out
+            f"{meta_run.smoothed(history)[-1]:.4f} (moving average of "
+            f"{min(len(history), 20)}), {last['task']}, {last['seconds']:.1f} s/step")
 
 
 def _resume(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam, overwrite: bool,
             say: Callable[[str], None]) -> tuple[Tensor, dict[str, Tensor], list[dict]]:
-    """A fresh start, or the state of the checkpoint in ``out`` when its options match.
-    The options are compared with the ones stored *in the checkpoint*, so a newer
-    config.json (an interrupted ``--overwrite``) cannot pass an old state off as new."""
-    ckpt = out / "checkpoint.safetensors"
+    """A fresh start, or the state of the checkpoint in ``out`` when its options match
+    (:func:`bdlkit.core.meta_run.resume`)."""
     fresh = flatten_meta(like)
-    if overwrite:
-        for name in OUTPUTS:
-            (out / name).unlink(missing_ok=True)
-    if not ckpt.exists():
+    found = meta_run.resume(out, cfg.to_dict(), RESUMABLE, overwrite)
+    if found is None:
         return fresh, adam.init(fresh), []
-    tensors, meta = load_tensors_with_metadata(ckpt)
+    tensors, history = found
+    ckpt = out / meta_run.CHECKPOINT
     try:
-        saved = json.loads(meta["config"])
-        steps = int(meta["steps"])
-        history = load_json(out / "history.json")[:steps]
         opt = {"m": tensors["adam_m"], "v": tensors["adam_v"], "t": tensors["adam_t"]}
         phi = tensors["phi"]
-    except (KeyError, ValueError, TypeError, FileNotFoundError) as err:
-        raise CorruptFileError(f"{ckpt} is not a readable meta-training checkpoint ({err}); "
-                               "pass --overwrite to start afresh") from err
-    mine = json.loads(json.dumps(cfg.to_dict()))
-    differ = sorted(k for k in mine if k not in RESUMABLE and saved.get(k) != mine[k])
-    if differ:
-        raise ValueError(f"{out} holds a meta-training run with other options ({differ}); "
-                         "pass --overwrite to start afresh, or another --out")
-    if phi.shape != fresh.shape or len(history) != steps:
+    except KeyError as err:
+        raise CorruptFileError(f"{ckpt} is not a readable meta-training checkpoint (it lacks "
+                               f"{err}); pass --overwrite to start afresh") from err
+    if phi.shape != fresh.shape:
         raise CorruptFileError(f"{ckpt} does not match its history.json; pass --overwrite "
                                "to start afresh")
-    say(f"resuming meta-training from outer step {steps} ({ckpt})")
+    say(f"resuming meta-training from outer step {len(history)} ({ckpt})")
     return phi, opt, history
 
 
 def _save(out: Path, cfg: MetaTrainConfig, phi: Tensor, like: MetaParams,
           opt: dict[str, Tensor], history: list[dict[str, Any]], command: str | None) -> None:
-    save_json(out / "history.json", history)
-    save_tensors(out / "checkpoint.safetensors",
-                 {"phi": phi, "adam_m": opt["m"], "adam_v": opt["v"], "adam_t": opt["t"]},
-                 metadata={"steps": str(len(history)),
-                           "config": json.dumps(cfg.to_dict(), sort_keys=True)})
-    smoothed = _smoothed(history)
+    meta_run.save_checkpoint(out, {"phi": phi, "adam_m": opt["m"], "adam_v": opt["v"],
+                                   "adam_t": opt["t"]}, history, cfg.to_dict())
+    smoothed = meta_run.smoothed(history)
     save_meta_params(out / "meta_params.safetensors", unflatten_meta(phi, like), cfg.constants,
                      {"command": command or "", "seed": cfg.seed, "outer_steps": len(history),
                       "meta_loss_smoothed": smoothed[-1] if smoothed else None,
                       "families": list(cfg.families)})
-    plot_curve(history, out / "meta_loss.png")
+    # log scale: the first unrolls of a fresh sampler can be 10-30x the rest
+    meta_run.plot_curve(history, out / "meta_loss.png", "L2E meta-training",
+                        "BMA meta-loss (NLL, log scale)")
 
 
-def plot_curve(history: list[dict[str, Any]], path: Path) -> Path | None:
-    """The meta-loss per outer step and its moving average (``None`` without matplotlib)."""
-    fig = new_figure((6, 3.5))
-    if fig is None or not history:
-        return None
-    ax = fig.add_subplot(1, 1, 1)
-    steps = [h["step"] for h in history]
-    ax.plot(steps, [h["meta_loss"] for h in history], lw=0.6, alpha=0.4, label="per step")
-    ax.plot(steps, _smoothed(history), lw=2, label="moving average (20)")
-    ax.set_xlabel("outer step")
-    ax.set_yscale("log")  # the first unrolls of a fresh sampler can be 10-30x the rest
-    ax.set_ylabel("BMA meta-loss (NLL, log scale)")
-    ax.set_title("L2E meta-training")
-    ax.legend()
-    fig.tight_layout()
-    return save_png(fig, path)
-
-
-__all__ = ["MetaTrainConfig", "flatten_meta", "haiku_init", "meta_train", "plot_curve",
+__all__ = ["MetaTrainConfig", "flatten_meta", "haiku_init", "meta_train",
            "unflatten_meta", "unroll_losses"]

@@ -23,12 +23,9 @@ product per layer for all parameters, no loop over elements); state: θ, r and 6
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch.func import vmap
@@ -36,6 +33,8 @@ from torch.func import vmap
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.common import loss_gradient
 from bdlkit.core import rng
+from bdlkit.core.meta_files import meta_digest as digest_of
+from bdlkit.core.meta_files import resolve as resolve_meta
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.tree import (
     TensorTree,
@@ -114,7 +113,8 @@ class L2E(Sampler):
     def __post_init__(self) -> None:
         if self.kinetic not in ("learned", "identity"):
             raise ValueError(f"kinetic must be 'learned' or 'identity', got {self.kinetic!r}")
-        pre = _resolve(self.meta_params) if self.kinetic == "learned" else None
+        pre = (resolve_meta(self.meta_params, load_pretrained, load_meta_params)
+               if self.kinetic == "learned" else None)
         base = pre.constants if pre is not None else Constants()
         given = {k: getattr(self, k) for k in CONSTANTS}
         constants = replace(base, **{k: v for k, v in given.items() if v is not None})
@@ -126,7 +126,7 @@ class L2E(Sampler):
             return
         object.__setattr__(self, "kinetic_fn", LearnedKinetic(
             pre.meta, constants.exp_mult, constants.precond_mult))
-        object.__setattr__(self, "meta_digest", _digest(pre.meta, constants))
+        object.__setattr__(self, "meta_digest", digest_of(pre.meta, constants))
 
     @property
     def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
@@ -169,24 +169,6 @@ class L2E(Sampler):
 def _chain_stack(problem: Problem, params: TensorTree) -> bool:
     """A Target's stack of independent chains (c, d): the features are normalised per chain."""
     return isinstance(problem, Target) and isinstance(params, torch.Tensor) and params.dim() == 2
-
-
-def _resolve(meta_params: Any) -> Pretrained:
-    if isinstance(meta_params, Pretrained):
-        return meta_params
-    if meta_params in (None, "pretrained"):
-        return load_pretrained()
-    if isinstance(meta_params, (str, os.PathLike)):
-        return load_meta_params(meta_params)
-    raise TypeError(f"meta_params must be 'pretrained', a path or a Pretrained, "
-                    f"got {type(meta_params).__name__}")
-
-
-def _digest(meta: dict[str, torch.Tensor], constants: Constants) -> str:
-    h = hashlib.sha256(json.dumps(constants.to_dict(), sort_keys=True).encode())
-    for k in sorted(meta):
-        h.update(k.encode() + meta[k].detach().cpu().double().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 build = builder(L2E)
