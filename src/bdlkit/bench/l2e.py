@@ -25,7 +25,8 @@ images do (the CNN family), its test images and MLPs on it do not:
   (quick: the small ConvNet of :mod:`bdlkit.models.cnn`, width 8, depth 1).
 
 Methods (:data:`METHODS`): ``l2e`` and ``meta_sgmcmc`` with their shipped meta-parameters
-(both meta-trained by bdlkit on the same offline task distribution), ``sghmc`` (lr 0.005,
+(both meta-trained by bdlkit on its offline task distribution, L2E's with the MNIST CNN
+family too), ``sghmc`` (lr 0.005,
 alpha 0.1), ``csghmc`` (4 cycles, 25 kept draws per cycle: the paper compares ESS over 100
 draws for every method, and a sum of per-coordinate ESS grows with the draws) and ``ensemble``
 (5 members, lr 1e-3); each runs :data:`CHAINS` independent chains (seeds seed, seed+1, ...;

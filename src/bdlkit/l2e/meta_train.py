@@ -294,8 +294,8 @@ def _resume(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam, ov
         raise CorruptFileError(f"{ckpt} is not a readable meta-training checkpoint (it lacks "
                                f"{err}); pass --overwrite to start afresh") from err
     if phi.shape != fresh.shape:
-        raise CorruptFileError(f"{ckpt} does not match its history.json; pass --overwrite "
-                               "to start afresh")
+        raise CorruptFileError(f"{ckpt} holds {phi.numel()} meta-parameters, expected "
+                               f"{fresh.numel()}; pass --overwrite to start afresh")
     say(f"resuming meta-training from outer step {len(history)} ({ckpt})")
     return phi, opt, history
 

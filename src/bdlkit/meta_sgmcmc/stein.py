@@ -26,7 +26,8 @@ LAMBDA = 0.05
 
 
 def median_bandwidth(x: Tensor) -> Tensor:
-    """h = median of the M² squared pairwise distances / 2 (``x``: (M, d))."""
+    """h = median of the M² squared pairwise distances / 2 (``x``: (M, d); the lower of
+    the two middle values of the even count, as ``torch.median`` takes it)."""
     sq = torch.cdist(x, x).square()
     return sq.reshape(-1).median() / 2.0
 

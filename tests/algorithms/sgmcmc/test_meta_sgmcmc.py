@@ -124,3 +124,43 @@ def test_a_checkpoint_of_other_meta_parameters_is_not_resumed(blr, tmp_path):
     a = _algorithm(blr[0], "autograd", 0)
     assert a.VERSION == _algorithm(blr[0], "finite_difference", 0).VERSION
     assert a.VERSION != _algorithm(blr[0], "autograd", 1).VERSION
+
+
+@pytest.mark.parametrize("temperature, prior_mean", [(1.0, None), (0.5, None), (1.0, "init")])
+def test_the_networks_read_the_energy_meta_training_feeds_them(temperature, prior_mean):
+    """u = mean NLL + ‖θ − m‖²/(2Nσ₀²): no prior normalising constant (d·log(2πσ₀²)/(2N)),
+    untempered, whatever T and the prior's mean (docs/meta_sgmcmc.md, Notation)."""
+    from torch.func import functional_call
+    from torch.nn import functional as F
+
+    model, (x, y) = small_classifier(temperature)
+    prior = bdlkit.IsotropicGaussian(1.5, mean=prior_mean)
+    model = bdlkit.BayesianModel(model.module, "categorical", prior=prior, num_data=64,
+                                 temperature=temperature)
+    alg = get_method("meta_sgmcmc").build(model)
+    state = alg.init(generator=torch.Generator().manual_seed(0))
+    params = {k: v + 0.3 for k, v in state.params.items()}  # away from the prior's mean
+    value, _ = model.value_and_score(params, (x, y))
+    u = alg._mean_energy(params, value)
+    means = model.prior.means
+    sq = sum(((v - means.get(k, 0.0)) ** 2).sum() for k, v in params.items())
+    ce = F.cross_entropy(functional_call(model.module, params, (x,)), y)
+    torch.testing.assert_close(u, ce + sq / (2 * 64 * 1.5**2), rtol=1e-12, atol=1e-12)
+
+
+def test_a_nan_stop_names_eps_as_the_step_size():
+    """The runner's NaN advice and `--resume ... --eps` rebuild name the option that exists."""
+    assert get_method("meta_sgmcmc").ALGORITHM.step_size_param == "eps"
+    alg = get_method("meta_sgmcmc").build(correlated_target(2)[0])
+    assert "eps" in type(alg).__dataclass_fields__
+
+
+def test_another_learners_meta_parameters_are_refused():
+    from bdlkit.l2e import load_pretrained as l2e_pretrained
+
+    with pytest.raises(ValueError, match="Meta-SGMCMC meta-parameters lack"):
+        get_method("meta_sgmcmc").build(correlated_target(2)[0], meta_params=l2e_pretrained())
+    target = correlated_target(2)[0]
+    with pytest.raises(TypeError, match="l2e needs L2E meta-parameters"):
+        get_method("l2e").build(target, meta_params=Pretrained(
+            init_meta_params(torch.Generator().manual_seed(0)), Constants()))

@@ -115,6 +115,9 @@ class L2E(Sampler):
             raise ValueError(f"kinetic must be 'learned' or 'identity', got {self.kinetic!r}")
         pre = (resolve_meta(self.meta_params, load_pretrained, load_meta_params)
                if self.kinetic == "learned" else None)
+        if pre is not None and not isinstance(pre.constants, Constants):
+            raise TypeError(f"l2e needs L2E meta-parameters; got constants of type "
+                            f"{type(pre.constants).__name__} (another learner's file?)")
         base = pre.constants if pre is not None else Constants()
         given = {k: getattr(self, k) for k in CONSTANTS}
         constants = replace(base, **{k: v for k, v in given.items() if v is not None})

@@ -21,15 +21,16 @@ step. With Q_f ≡ 1 and D_f ≡ D this is SGHMC with lr = ε²·N and friction 
 file, or a :class:`~bdlkit.meta_sgmcmc.Pretrained`. A non-finite D_f or Γ stops the run with
 a :class:`~bdlkit.core.errors.NonFiniteError` naming the step.
 
-Cost per step: one gradient, three passes of f_Q and two of f_D over (d, 2–3) inputs (finite
-differences), or two plus two backward passes (autograd). State: θ, p and the previous
-step's u, p and two Q_f values (finite differences).
+Cost per step: one gradient, two passes of f_Q and two of f_D over (d, 2–3) inputs (finite
+differences), or three forward and three backward passes (autograd); on a Target's chain
+stack one more ``log_prob`` for each chain's u. State: θ, p and the previous step's u, p
+and two Q_f values (finite differences).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -102,6 +103,7 @@ class MetaSGMCMC(Sampler):
     d_max: float | None = None
     d_q_mult: float | None = None
     name: str = "meta_sgmcmc"
+    step_size_param: ClassVar[str] = "eps"
     constants: dyn.Constants = field(init=False, repr=False, compare=False)
     scales: dyn.Scales = field(init=False, repr=False, compare=False)
     meta: dyn.MetaParams = field(init=False, repr=False, compare=False)
@@ -112,6 +114,9 @@ class MetaSGMCMC(Sampler):
             raise ValueError(f"gamma must be one of {GAMMA_MODES}, got {self.gamma!r}")
         pre = resolve_meta(self.meta_params, load_pretrained, load_meta_params)
         dyn.check_meta_params(pre.meta)  # a Pretrained built by hand is checked too
+        if not isinstance(pre.constants, dyn.Constants):
+            raise TypeError(f"meta_sgmcmc needs Meta-SGMCMC meta-parameters; got constants of "
+                            f"type {type(pre.constants).__name__} (another learner's file?)")
         names = [f for f in dyn.Constants.__dataclass_fields__]
         given = {k: getattr(self, k) for k in names if getattr(self, k) is not None}
         constants = replace(pre.constants, **given)
@@ -140,7 +145,8 @@ class MetaSGMCMC(Sampler):
                                 rng_state=rng.state_of(noise_gen), step=0)
         if self.gamma == "autograd":
             return state
-        u = self._mean_energy(params, torch.zeros((), dtype=_dtype(params)))
+        first = tree_leaves(params)[0]
+        u = self._mean_energy(params, torch.zeros((), dtype=first.dtype, device=first.device))
         return replace(state, prev_energy=torch.zeros_like(u), prev_momentum=zeros_like(params),
                        prev_q=zeros_like(params), prev_q_next=zeros_like(params))
 
@@ -165,7 +171,7 @@ class MetaSGMCMC(Sampler):
             raise NonFiniteError(
                 f"meta_sgmcmc: D_f or the correction Γ became non-finite at step {state.step} "
                 "(a finite-difference quotient or the meta-parameters); try gamma='autograd', "
-                "a smaller step, or other meta-parameters")
+                "a smaller step eps, or other meta-parameters")
         theta_new, p_new, q, q_next = ([tree_unflatten(spec, [o[i] for o in out])]
                                        for i in range(4))
         new = MetaSGMCMCState(params=theta_new[0], momentum=p_new[0],
@@ -225,10 +231,6 @@ class MetaSGMCMC(Sampler):
 
     def params(self, state: MetaSGMCMCState) -> TensorTree:
         return state.params
-
-
-def _dtype(params: TensorTree) -> torch.dtype:
-    return tree_leaves(params)[0].dtype
 
 
 build = builder(MetaSGMCMC)
