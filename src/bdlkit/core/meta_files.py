@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,22 @@ def read_constants(metadata: dict[str, object], cls: type) -> Any:
     return constants
 
 
+def flatten(meta: dict[str, Tensor], keys: Sequence[str]) -> Tensor:
+    """The meta-parameters as one vector, in the order of ``keys`` (meta-training's φ)."""
+    return torch.cat([meta[k].reshape(-1) for k in keys])
+
+
+def unflatten(vec: Tensor, shapes: dict[str, tuple[int, ...]]) -> dict[str, Tensor]:
+    """Split the last dimension of ``vec`` back into tensors of ``shapes`` (in its order;
+    leading batch dimensions kept): the inverse of :func:`flatten`."""
+    out, i = {}, 0
+    for k, shape in shapes.items():
+        n = math.prod(shape)
+        out[k] = vec[..., i:i + n].reshape(*vec.shape[:-1], *shape)
+        i += n
+    return out
+
+
 def meta_digest(meta: dict[str, Tensor], constants: Any) -> str:
     """A 16-hex prefix of SHA-256 over the constants and the tensors (a sampler's VERSION
     suffix: a checkpoint written with other meta-parameters is not resumed)."""
@@ -156,5 +173,5 @@ def meta_digest(meta: dict[str, Tensor], constants: Any) -> str:
     return h.hexdigest()[:16]
 
 
-__all__ = ["MetaFormat", "Pretrained", "load_meta_file", "load_shipped", "meta_digest",
-           "read_constants", "resolve", "save_meta_file"]
+__all__ = ["MetaFormat", "Pretrained", "flatten", "load_meta_file", "load_shipped",
+           "meta_digest", "read_constants", "resolve", "save_meta_file", "unflatten"]

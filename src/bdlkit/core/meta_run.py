@@ -9,7 +9,9 @@ options match the stored ones (only the options a learner declares resumable may
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,30 @@ from bdlkit.core.serialization import (
 OUTPUTS = ("checkpoint.safetensors", "history.json", "meta_params.safetensors",
            "meta_loss.png", "config.json")
 CHECKPOINT = "checkpoint.safetensors"
+
+
+def check_options(cfg: Any, ints: Sequence[str], positive: Sequence[str],
+                  available_families: Sequence[str]) -> None:
+    """``ValueError`` naming the option when one of ``ints`` is not an integer >= 1, one of
+    ``positive`` is not > 0, or ``cfg.families`` is empty or names a family not available."""
+    for name in ints:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"meta-train {name} must be an integer >= 1, got {value!r}")
+    for name in positive:
+        if not getattr(cfg, name) > 0:
+            raise ValueError(f"meta-train {name} must be > 0, got {getattr(cfg, name)!r}")
+    unknown = set(cfg.families) - set(available_families)
+    if unknown or not cfg.families:
+        raise ValueError(f"meta-train families {sorted(unknown) or '()'} are not available; "
+                         f"valid here: {tuple(available_families)}")
+
+
+def options_dict(cfg: Any) -> dict[str, Any]:
+    """A meta-training config as the JSON its run folder records (families as a list)."""
+    d = dataclasses.asdict(cfg)
+    d["families"] = list(cfg.families)
+    return d
 
 
 def resume(out: Path, options: dict[str, Any], resumable: tuple[str, ...], overwrite: bool
@@ -101,4 +127,5 @@ def plot_curve(history: list[dict[str, Any]], path: Path, title: str, ylabel: st
     return save_png(fig, path)
 
 
-__all__ = ["CHECKPOINT", "OUTPUTS", "plot_curve", "resume", "save_checkpoint", "smoothed"]
+__all__ = ["CHECKPOINT", "OUTPUTS", "check_options", "options_dict", "plot_curve", "resume",
+           "save_checkpoint", "smoothed"]

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from bdlkit.core import meta_run
+from bdlkit.core import meta_files, meta_run
 from bdlkit.core.lock import run_lock
 from bdlkit.core.rng import fold_in
 from bdlkit.core.serialization import (
@@ -93,42 +93,26 @@ class MetaTrainConfig:
     constants: Constants = field(default_factory=lambda: Constants(precond_mult=1.0))
 
     def __post_init__(self) -> None:
-        ints = ("population", "inner_steps", "batch_size", "num_samples", "sample_window",
-                "outer_steps", "checkpoint_every")
-        for name in ints:
-            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
-                raise ValueError(f"meta-train {name} must be an integer >= 1, "
-                                 f"got {getattr(self, name)!r}")
-        for name in ("sigma", "lr", "grad_clip", "budget_minutes"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"meta-train {name} must be > 0, got {getattr(self, name)!r}")
+        meta_run.check_options(self, ("population", "inner_steps", "batch_size", "num_samples",
+                                      "sample_window", "outer_steps", "checkpoint_every"),
+                               ("sigma", "lr", "grad_clip", "budget_minutes"),
+                               available_families())
         if self.sample_window > self.inner_steps or self.num_samples > self.sample_window:
             raise ValueError("meta-train needs num_samples <= sample_window <= inner_steps, got "
                              f"{self.num_samples}, {self.sample_window}, {self.inner_steps}")
-        unknown = set(self.families) - set(available_families())
-        if unknown or not self.families:
-            raise ValueError(f"meta-train families {sorted(unknown) or '()'} are not available; "
-                             f"valid here: {available_families()}")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["families"] = list(self.families)
-        return d
+        return meta_run.options_dict(self)
 
 
 # --------------------------------------------------------------------------- φ as a vector
 def flatten_meta(meta: MetaParams) -> Tensor:
-    return torch.cat([meta[k].reshape(-1) for k in META_KEYS])
+    return meta_files.flatten(meta, META_KEYS)
 
 
 def unflatten_meta(vec: Tensor, like: MetaParams) -> MetaParams:
     """Split the last dimension of ``vec`` back into ``like``'s tensors (batch dims kept)."""
-    out, i = {}, 0
-    for k in META_KEYS:
-        n = like[k].numel()
-        out[k] = vec[..., i:i + n].reshape(*vec.shape[:-1], *like[k].shape)
-        i += n
-    return out
+    return meta_files.unflatten(vec, {k: tuple(like[k].shape) for k in META_KEYS})
 
 
 # --------------------------------------------------------------------------- the unroll

@@ -28,10 +28,9 @@ Files in DIR: see :mod:`bdlkit.core.meta_run`. The default budget (``epochs``, `
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from torch import Tensor
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
-from bdlkit.core import meta_run
+from bdlkit.core import meta_files, meta_run
 from bdlkit.core.lock import run_lock
 from bdlkit.core.rng import fold_in
 from bdlkit.core.serialization import CorruptFileError, remove_stale_temps, save_json
@@ -84,44 +83,28 @@ class MetaTrainConfig:
     constants: dyn.Constants = field(default_factory=dyn.Constants)
 
     def __post_init__(self) -> None:
-        for name in ("chains", "epochs", "unrolls", "unroll_steps", "tbptt", "loss_every",
-                     "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"meta-train {name} must be an integer >= 1, got {value!r}")
+        meta_run.check_options(self, ("chains", "epochs", "unrolls", "unroll_steps", "tbptt",
+                                      "loss_every", "batch_size"),
+                               ("init_std", "lr", "budget_minutes"), available_families())
         if self.chains < 2:
             raise ValueError(f"meta-train chains must be >= 2 (the Stein estimator compares "
                              f"chains), got {self.chains}")
-        for name in ("init_std", "lr", "budget_minutes"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"meta-train {name} must be > 0, got {getattr(self, name)!r}")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"meta-train {name} must be in [0, 1), "
                                  f"got {getattr(self, name)!r}")
-        unknown = set(self.families) - set(available_families())
-        if unknown or not self.families:
-            raise ValueError(f"meta-train families {sorted(unknown) or '()'} are not available; "
-                             f"valid here: {available_families()}")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["families"] = list(self.families)
-        return d
+        return meta_run.options_dict(self)
 
 
 # --------------------------------------------------------------------------- φ as a vector
 def flatten_meta(meta: dyn.MetaParams) -> Tensor:
-    return torch.cat([meta[k].reshape(-1) for k in dyn.META_KEYS])
+    return meta_files.flatten(meta, dyn.META_KEYS)
 
 
 def unflatten_meta(vec: Tensor) -> dyn.MetaParams:
-    out, i = {}, 0
-    for k, shape in dyn.META_SHAPES.items():
-        n = math.prod(shape)
-        out[k] = vec[i:i + n].reshape(shape)
-        i += n
-    return out
+    return meta_files.unflatten(vec, dyn.META_SHAPES)
 
 
 # --------------------------------------------------------------------------- the unroll

@@ -27,6 +27,19 @@ from bdlkit.core.protocol import Problem
 from bdlkit.core.tree import TensorTree, randn_like, tree_map
 
 
+class LearnedVersion:
+    """Mixin of the samplers with meta-learned networks (L2E, Meta-SGMCMC): their update
+    rule's ``VERSION`` carries the meta-parameters' digest (the ``meta_digest`` field)."""
+
+    meta_digest: str
+
+    @property
+    def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
+        """Version 1 of the update, with the meta-parameters' digest — a checkpoint written
+        with other meta-parameters (a re-trained file, another path) is not resumed."""
+        return f"1+{self.meta_digest}"
+
+
 def loss_gradient(problem: Problem, score: TensorTree) -> TensorTree:
     """``g = −T·ŝ/N``: the per-datum untempered loss gradient from the problem's score."""
     scale = -float(problem.temperature) / problem.num_data
@@ -65,4 +78,5 @@ def check_rate(name: str, value: object) -> None:
         raise ValueError(f"{name} must be > 0 or a schedule, got {value!r}")
 
 
-__all__ = ["add_noise", "check_rate", "descend", "loss_gradient", "noise_variance"]
+__all__ = ["LearnedVersion", "add_noise", "check_rate", "descend", "loss_gradient",
+           "noise_variance"]

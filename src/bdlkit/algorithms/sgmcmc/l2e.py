@@ -31,7 +31,7 @@ import torch
 from torch.func import vmap
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import loss_gradient
+from bdlkit.algorithms.sgmcmc.common import LearnedVersion, loss_gradient
 from bdlkit.core import rng
 from bdlkit.core.meta_files import meta_digest as digest_of
 from bdlkit.core.meta_files import resolve as resolve_meta
@@ -74,7 +74,7 @@ class L2EState:
 
 
 @dataclass(frozen=True)
-class L2E(Sampler):
+class L2E(LearnedVersion, Sampler):
     """L2E (module docstring). The constants left at None are the ones stored with the
     meta-parameters (``Constants`` defaults for ``kinetic="identity"``); the fields then
     hold the constants used.
@@ -130,12 +130,6 @@ class L2E(Sampler):
         object.__setattr__(self, "kinetic_fn", LearnedKinetic(
             pre.meta, constants.exp_mult, constants.precond_mult))
         object.__setattr__(self, "meta_digest", digest_of(pre.meta, constants))
-
-    @property
-    def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
-        """Version 1 of the update, with the meta-parameters' digest — a checkpoint written
-        with other meta-parameters (a re-trained file, another path) is not resumed."""
-        return f"1+{self.meta_digest}"
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> L2EState:

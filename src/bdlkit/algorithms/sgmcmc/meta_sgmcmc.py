@@ -35,7 +35,7 @@ from typing import ClassVar, Literal
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import loss_gradient
+from bdlkit.algorithms.sgmcmc.common import LearnedVersion, loss_gradient
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.meta_files import meta_digest as digest_of
@@ -74,7 +74,7 @@ class MetaSGMCMCState:
 
 
 @dataclass(frozen=True)
-class MetaSGMCMC(Sampler):
+class MetaSGMCMC(LearnedVersion, Sampler):
     """Meta-SGMCMC (module docstring). The constants left at None are the ones stored with
     the meta-parameters; the fields then hold the constants used.
 
@@ -128,12 +128,6 @@ class MetaSGMCMC(Sampler):
         object.__setattr__(self, "constants", constants)
         object.__setattr__(self, "meta", pre.meta)
         object.__setattr__(self, "meta_digest", digest_of(pre.meta, constants))
-
-    @property
-    def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
-        """Version 1 of the update, with the meta-parameters' digest — a checkpoint written
-        with other meta-parameters is not resumed."""
-        return f"1+{self.meta_digest}"
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> MetaSGMCMCState:
