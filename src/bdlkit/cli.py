@@ -34,10 +34,11 @@ from typing import Any
 
 from bdlkit import algorithms, bench, data, models
 from bdlkit.cli_errors import OneLineParser, method_value, option_type, relabel, run_guarded
+from bdlkit.core import distributed
 from bdlkit.core.errors import InputError
 from bdlkit.l2e import command as l2e_command
 from bdlkit.meta_sgmcmc import command as meta_sgmcmc_command
-from bdlkit.runs import console
+from bdlkit.runs import console, ranks
 from bdlkit.runs.config import (
     ConfigValueError,
     RunConfig,
@@ -206,10 +207,10 @@ def _prescan_method(argv: list[str]) -> str | None:
         if arg.startswith("--method="):
             return arg.split("=", 1)[1]
         if arg in ("--config", "--resume") and value:
-            files.append(Path(value) / "config.yaml" if arg == "--resume" else Path(value))
+            files += _run_configs(value) if arg == "--resume" else [Path(value)]
         elif arg.startswith(("--config=", "--resume=")):
             name, value = arg[2:].split("=", 1)
-            files.append(Path(value) / "config.yaml" if name == "resume" else Path(value))
+            files += _run_configs(value) if name == "resume" else [Path(value)]
     for path in files:
         if path.is_file():
             try:
@@ -218,6 +219,11 @@ def _prescan_method(argv: list[str]) -> str | None:
                 return None
             return method if isinstance(method, str) else None
     return None
+
+
+def _run_configs(run_dir: str) -> list[Path]:
+    """Where a run's config.yaml is: the run folder, or its first chain's (chain groups)."""
+    return [Path(run_dir) / "config.yaml", Path(run_dir) / "chain-0" / "config.yaml"]
 
 
 def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -233,17 +239,17 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[str, Any],
          hyper: dict[str, Any], progress: bool, callbacks: list[Any]) -> int:
-    from bdlkit.runs import directory as run
-
     if args.resume:
         if given or len(hyper) > 1 or args.config or args.out or args.overwrite:
             raise InputError("--resume DIR takes every option from DIR/config.yaml but the "
                              "method's step size (e.g. --lr after a NaN stop); pass no other "
                              "options (to change them, start a new run with --out)")
         step_size = next(iter(hyper.items()), None)
-        output = run.resume(args.resume, progress=progress, step_size=step_size,
-                            callbacks=callbacks)
-        return _print_metrics(output.metrics, Path(args.resume))
+        topology = distributed.init(*ranks.launch_layout(args.resume))
+        output = ranks.resume(args.resume, topology, progress=progress and topology.rank == 0,
+                              step_size=step_size,
+                              callbacks=callbacks if topology.writer else None)
+        return _print_run(output, Path(args.resume), topology)
     values: dict[str, Any] = {}
     if args.config:
         values = load_yaml(args.config)
@@ -261,9 +267,14 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
     if args.out is None:
         parser.error("--out DIR is required (the run directory to write)")
     cfg = _run_config(values, _given_keys({**given, "hyper": hyper}), args.config)
-    output = run.fit(cfg, args.out, overwrite=args.overwrite, progress=progress,
-                     callbacks=callbacks)
-    return _print_metrics(output.metrics, Path(args.out))
+    if cfg.chain_groups > 1 and args.tensorboard:
+        raise InputError("--tensorboard with --chain-groups would mix the chains' curves in one "
+                         "folder: drop it (each chain's log.jsonl holds its curve)")
+    topology = distributed.init(cfg.chain_groups, cfg.device)
+    output = ranks.fit(cfg, args.out, topology, overwrite=args.overwrite,
+                       progress=progress and topology.rank == 0,
+                       callbacks=callbacks if topology.writer else None)
+    return _print_run(output, Path(args.out), topology)
 
 
 def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentParser) -> None:
@@ -279,6 +290,19 @@ def _unknown_option(option: str, method: str | None, parser: argparse.ArgumentPa
         opts = ", ".join("--" + n.replace("_", "-") for n in method_hyperparameters(method))
         hint += f" (options of method {method!r}: {opts or 'none'})"
     parser.error(f"unrecognized option {option}{hint}")
+
+
+def _print_run(output: Any, run_dir: Path, topology: distributed.Topology) -> int:
+    """A fit's summary; on several processes rank 0 prints its chain's (and where the
+    other chains are), the other ranks nothing."""
+    if topology.rank != 0:
+        return 0
+    _print_metrics(output.metrics, ranks.chain_folder(run_dir, topology))
+    if topology.chain_groups > 1:
+        print(f"{topology.chain_groups} chains: {run_dir}/chain-0 ... chain-"
+              f"{topology.chain_groups - 1}; cross-chain R-hat and ESS: "
+              f"{run_dir / ranks.CHAINS_FILE}")
+    return 0
 
 
 def _print_metrics(values: dict[str, Any], run_dir: Path) -> int:

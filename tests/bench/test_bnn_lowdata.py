@@ -132,6 +132,7 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
         assert column in text
 
 
+@pytest.mark.slow  # 2 minutes on 2 cores: `make test-slow`
 def test_a_last_layer_flow_row_reports_its_monte_carlo_sigma(tmp_path, monkeypatch):
     monkeypatch.setattr(bnn_lowdata, "warm_up", lambda: None)
     plan = bnn_lowdata.Plan(("mlp",), (60,), 1, {"mlp": 4}, tune=False,

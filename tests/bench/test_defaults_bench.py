@@ -15,6 +15,7 @@ from bdlkit.bench import defaults
 from bdlkit.core.errors import DefaultsWarning
 
 
+@pytest.mark.slow  # 2-3 minutes on 2 cores: `make test-slow` (the table is the committed bench)
 def test_the_quick_suite_beats_the_trivial_predictor_with_every_default(tmp_path: Path):
     """digits and yacht at --epochs 30 with no option: each method beats the majority
     class / mean predictor, or warned before the run (fisher_vi on a network, gsm on a

@@ -85,6 +85,11 @@ def test_cifar10() -> None:
     assert small.x_train.shape == (100, 3, 32, 32) and len(set(small.y_train.tolist())) > 5
     means = small.x_test.mean(dim=(0, 2, 3))
     assert torch.all(means.abs() < 0.15)
+    few = load_cifar10(train_size=100, test_size=300)  # the file is sorted by class
+    assert few.x_test.shape == (300, 3, 32, 32) and torch.bincount(few.y_test).min() > 10
+    assert torch.equal(few.x_train, small.x_train)  # the training subset is unchanged
+    with pytest.raises(ValueError, match="test_size"):
+        load_cifar10(test_size=0)
 
 
 def test_digits() -> None:

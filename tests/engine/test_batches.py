@@ -73,3 +73,26 @@ def test_shuffling_loader_without_generator_warns_on_resume(blr):
 def test_bad_batch_size(blr):
     with pytest.raises(ValueError, match="batch_size"):
         Batches(blr[0], _data(), 0, 0)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_data_parallel_shards_are_the_pieces_of_the_one_process_batch(blr, ranks):
+    model, _, _, _ = blr
+    whole = Batches(model, _data(10), batch_size=4, seed=3)
+    shards = [Batches(model, _data(10), batch_size=4, seed=3, shard=(r, ranks))
+              for r in range(ranks)]
+    for t in range(7):  # across epochs, with the short last batch (2 rows: a rank may get 0)
+        pieces = [s(t)[1] for s in shards]
+        assert torch.equal(torch.cat(pieces), whole(t)[1])
+        assert max(len(p) for p in pieces) - min(len(p) for p in pieces) <= 1
+
+
+def test_data_parallel_full_batch_and_refusals(blr):
+    model, _, _, _ = blr
+    a, b = (Batches(model, _data(5), batch_size=5, seed=0, shard=(r, 2)) for r in (0, 1))
+    assert torch.equal(torch.cat([a(0)[1], b(0)[1]]), _data(5)[1])
+    with pytest.raises(ValueError, match="cannot be split over 3"):
+        Batches(model, _data(2), batch_size=2, seed=0, shard=(0, 3))
+    loader = DataLoader(TensorDataset(*_data(10)), batch_size=2)
+    with pytest.raises(ValueError, match="not a DataLoader"):
+        Batches(model, loader, batch_size=2, seed=0, shard=(0, 2))

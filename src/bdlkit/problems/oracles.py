@@ -109,6 +109,8 @@ class FlatModuleOracle:
     def __call__(self, theta: Tensor, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         x, y = batch
         model = self.model
+        if model.reducer is not None and y.shape[0] == 0:  # an empty shard weighs nothing
+            return model.reducer(theta.new_zeros(()), torch.zeros_like(theta), 0)
         originals = [p.data for p in self.params]
         try:
             for p, part, shape in zip(self.params, theta.split(self.sizes), self.shapes,
@@ -127,4 +129,7 @@ class FlatModuleOracle:
         log_prior, prior_score = model.prior.flat_log_prob_and_score(theta, self.mean)
         score = torch.cat([g.reshape(-1) for g in grads]).mul_(n / batch_size / t)
         score.add_(prior_score, alpha=1.0 / t)
-        return model.combine(loglik.detach(), batch_size, log_prior), score
+        value = model.combine(loglik.detach(), batch_size, log_prior)
+        if model.reducer is not None:  # data parallel: this shard -> the whole minibatch
+            return model.reducer(value, score, batch_size)
+        return value, score

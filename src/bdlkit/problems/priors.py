@@ -13,6 +13,8 @@ import math
 
 from torch import Tensor
 
+from bdlkit.core.serialization import tensor_digest
+
 
 class IsotropicGaussian:
     """``log p(θ) = Σ_j [ -(θ_j - μ0_j)² / (2σ0²) - log σ0 - ½ log 2π ]``."""
@@ -27,7 +29,10 @@ class IsotropicGaussian:
         self.means: dict[str, Tensor] = {}
 
     def __repr__(self) -> str:
-        mean = "0" if self.mean_spec is None else "init" if self.mean_spec == "init" else "given"
+        """The scale and the mean: ``0``, ``init`` or ``given:<digest>`` (the first 12 hex
+        digits of the given tensors' SHA-256, so a run's fingerprint sees new weights)."""
+        mean = ("0" if self.mean_spec is None else "init" if self.mean_spec == "init"
+                else f"given:{tensor_digest(self.mean_spec)[:12]}")
         return f"IsotropicGaussian(scale={self.scale}, mean={mean})"
 
     def bind(self, initial: dict[str, Tensor]) -> None:

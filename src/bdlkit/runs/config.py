@@ -84,6 +84,19 @@ class RunConfig:
         default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, then ./data)"}
     )
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    chain_groups: int = field(
+        default=1, metadata={"help": "independent chains run side by side on process groups "
+                             "(torchrun: the processes split into this many groups, each "
+                             "data parallel; chain g has seed + g and its run folder "
+                             "OUT/chain-g)"})
+    data_parallel: int = field(
+        default=1, metadata={"cli": False, "help": "data-parallel ranks of each chain, set "
+                             "from the launch (torchrun processes / chain_groups); a resume "
+                             "needs the same"})
+    pretrained: str | None = field(
+        default=None, metadata={"help": "a .safetensors file of the network's weights (its "
+                                "state_dict names): the run starts there and the prior is "
+                                "centred there (fine-tuning)"})
     compile: bool = field(
         default=False, metadata={"cli": False, "help": "run the steps compiled (the CLI's "
                                  "--compile; bdlkit.engine.compiled)"}

@@ -15,10 +15,12 @@ writes exactly the same file as an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from torch import Tensor
 from bdlkit import data as data_module
 from bdlkit import evaluation, metrics
 from bdlkit.algorithms import get_method
+from bdlkit.core.distributed import SINGLE, Topology
 from bdlkit.core.errors import CorruptFileError, InputError
 from bdlkit.core.lock import LOCK_FILES, run_lock
 from bdlkit.core.serialization import (
@@ -39,6 +42,7 @@ from bdlkit.core.serialization import (
     state_from_tensors,
 )
 from bdlkit.data.timeseries import persistence_noise
+from bdlkit.engine import replicas
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
 from bdlkit.engine.collect import DiskStore
 from bdlkit.engine.result import Result
@@ -46,9 +50,11 @@ from bdlkit.engine.resume import open_newest
 from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
 from bdlkit.models import build_for_data, forecaster_for
+from bdlkit.models.pretrained import load_weights
 from bdlkit.problems import BayesianModel
 from bdlkit.problems.likelihoods import Bernoulli, Gaussian, cat_predictives
-from bdlkit.problems.select import parameter_selection
+from bdlkit.problems.priors import IsotropicGaussian
+from bdlkit.problems.select import parameter_selection, select_parameters
 from bdlkit.runs import likelihood_choice
 from bdlkit.runs import report as run_report
 from bdlkit.runs.config import RunConfig, load_yaml, resolved_hyper, save_yaml
@@ -95,9 +101,15 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
         else:
             net = build_for_data(cfg.model, ds.input_shape, out, **cfg.model_kwargs)
     net = net.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
+    prior: Any = cfg.prior_scale
+    if cfg.pretrained is not None:  # fine-tuning: start there, centre the prior there
+        weights = load_weights(net, cfg.pretrained)  # (a new head: mean 0, as BayesDLL)
+        random = set(select_parameters(net, parameter_selection(cfg.bayesian)))
+        prior = IsotropicGaussian(cfg.prior_scale, {k: v for k, v in weights.items()
+                                                    if k in random})
     noise = forecast_noise(ds) if ds.task == "forecasting" else None
     return BayesianModel(
-        net, likelihood_choice.build(cfg.likelihood, ds.task, noise), prior=cfg.prior_scale,
+        net, likelihood_choice.build(cfg.likelihood, ds.task, noise), prior=prior,
         num_data=ds.num_train, temperature=cfg.temperature,
         bayesian=parameter_selection(cfg.bayesian), precision=cfg.precision,
     )
@@ -149,25 +161,34 @@ def point_eval_fn(problem: BayesianModel, ds: Any, chunk: int = 2048):
 
 
 def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any = None,
-                 callbacks: list[Any] | None = None):
+                 callbacks: list[Any] | None = None, topology: Topology | None = SINGLE):
     """Data, problem, algorithm and Runner of ``cfg``, built the same way for a fresh run,
     a resume and ``evaluate``: the runner binds the run length, builds a sampler's store
     under ``run_dir/samples`` (written on its first draw) and checkpoints every 10 % of the
     run unless ``checkpoint_every`` says otherwise. ``ds``: the data set of ``cfg``, when
-    already loaded; ``callbacks``: the runner's (not part of the run's configuration).
-    Nothing is written here."""
+    already loaded; ``callbacks``: the runner's (not part of the run's configuration);
+    ``topology``: this process's place in a multi-process run (its chain's ranks must
+    number ``cfg.data_parallel``), or None to read a finished run back in one process (its
+    whole minibatch: ``data_parallel × batch_size`` rows). Nothing is written here."""
+    batch_size = cfg.batch_size
+    if topology is None:
+        topology, batch_size = SINGLE, cfg.batch_size * cfg.data_parallel
+    elif topology.data_size != cfg.data_parallel:
+        raise InputError(f"{run_dir}: the run has {cfg.data_parallel} data-parallel rank(s) per "
+                         f"chain and this launch {topology.data_size}: launch it with "
+                         f"torchrun --nproc-per-node {cfg.data_parallel * cfg.chain_groups}")
     ds = load_dataset(cfg) if ds is None else ds
     problem = build_problem(cfg, ds)
     algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
     runner = Runner(
         algorithm, ds, steps=cfg.steps, epochs=cfg.epochs, seed=cfg.seed,
-        batch_size=cfg.batch_size, burnin=cfg.burnin, thin=cfg.thin,
+        batch_size=batch_size, burnin=cfg.burnin, thin=cfg.thin,
         max_samples=cfg.max_samples, run_dir=run_dir, log_every=cfg.log_every,
         eval_fn=point_eval_fn(problem, ds) if cfg.eval_every else None,
         eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
         checkpoint_seconds=60.0 * cfg.checkpoint_minutes,
         checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress, callbacks=callbacks,
-        compile=cfg.compile,
+        compile=cfg.compile, topology=topology,
     )
     return runner, problem, ds, runner.total
 
@@ -181,6 +202,8 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
         if value is None and isinstance(bound.get(name), (int, float, str)):
             values["hyper"][name] = bound[name]
     values["checkpoint_every"] = runner.checkpoint_every
+    if cfg.pretrained is not None:  # resume and evaluate from any working directory
+        values["pretrained"] = str(Path(cfg.pretrained).resolve())
     values["likelihood"] = likelihood_choice.name_of(runner.problem.likelihood)
     values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)
     if runner.store is not None:
@@ -252,37 +275,54 @@ class RunOutput:
 
 
 def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
-        progress: bool = False, callbacks: list[Any] | None = None) -> RunOutput:
+        progress: bool = False, callbacks: list[Any] | None = None,
+        topology: Topology = SINGLE) -> RunOutput | None:
     """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics.
     The folder is locked for the whole run (:mod:`bdlkit.core.lock`). ``callbacks``: the
-    runner's (:mod:`bdlkit.engine.callbacks`)."""
-    check_out(out, overwrite)  # refuse before loading any data
-    runner, problem, ds, total = build_runner(cfg, Path(out), progress,  # validates first
-                                              callbacks=callbacks)
-    check_out(out, overwrite)
-    with run_lock(out, f"fitting {cfg.method}"):
-        run_dir = prepare_out(out, overwrite)
-        cfg = resolved(cfg, runner)
-        save_yaml(run_dir / "config.yaml", cfg.to_dict())
-        result = runner.fit(config={"hyper": cfg.hyper})
-        return _finish(result, cfg, ds, run_dir)
+    runner's (:mod:`bdlkit.engine.callbacks`). On a data-parallel rank that is not its
+    chain's writer (``topology``) the run is made and nothing written: returns None."""
+    if not topology.writer:
+        replicas.wait_for_writer(topology, cfg.device)  # the folder is ready
+        build_runner(cfg, Path(out), topology=topology)[0].fit(config={"hyper": cfg.hyper})
+        return None
+    with _telling_replicas(topology, cfg.device) as ready:
+        check_out(out, overwrite)  # refuse before loading any data
+        runner, problem, ds, total = build_runner(cfg, Path(out), progress,  # validates first
+                                                  callbacks=callbacks, topology=topology)
+        check_out(out, overwrite)
+        with run_lock(out, f"fitting {cfg.method}"):
+            run_dir = prepare_out(out, overwrite)
+            cfg = resolved(cfg, runner)
+            save_yaml(run_dir / "config.yaml", cfg.to_dict())
+            ready()
+            result = runner.fit(config={"hyper": cfg.hyper})
+            return _finish(result, cfg, ds, run_dir)
 
 
 def resume(run_dir: str | os.PathLike, *, progress: bool = False,
            step_size: tuple[str, float] | None = None,
-           callbacks: list[Any] | None = None) -> RunOutput:
+           callbacks: list[Any] | None = None, topology: Topology = SINGLE) -> RunOutput | None:
     """Continue the run in ``run_dir`` from its newest intact checkpoint; returns the
     metrics. ``step_size=(option, value)`` gives the method's step size option (``lr``,
     ``step_size`` or ``eps``: what the NaN stop names) a new value from here on, e.g. a
     smaller one after a NaN stop; ``config.yaml`` is rewritten with it and the change
     recorded under ``changes`` (step, option, old and new value). ``callbacks``: the
-    runner's, which need not be those of the interrupted run."""
+    runner's, which need not be those of the interrupted run. On a rank that is not its
+    chain's writer (``topology``) the run continues from the configuration the writer
+    wrote, and nothing is written: returns None."""
     run_dir = Path(run_dir)
-    read_config(run_dir)  # not a run directory: refused before anything is written
-    with run_lock(run_dir, "resuming"):
+    device = read_config(run_dir).device  # not a run directory: refused before any write
+    if not topology.writer:
+        replicas.wait_for_writer(topology, device)  # config.yaml holds any step-size change
+        cfg = read_config(run_dir)
+        build_runner(cfg, run_dir, topology=topology)[0].fit(
+            resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
+        return None
+    with _telling_replicas(topology, device) as ready, run_lock(run_dir, "resuming"):
         remove_stale_temps(run_dir)
         cfg = read_config(run_dir)
-        runner, problem, ds, total = build_runner(cfg, run_dir, progress, callbacks=callbacks)
+        runner, problem, ds, total = build_runner(cfg, run_dir, progress, callbacks=callbacks,
+                                                  topology=topology)
         if step_size is not None:
             path, ckpt = open_newest(run_dir / "checkpoints")
             runner.check_checkpoint(ckpt.meta, path, changes_of(cfg))
@@ -293,9 +333,29 @@ def resume(run_dir: str | os.PathLike, *, progress: bool = False,
                                  "there is nothing to continue with a new step size; start "
                                  "a new run with --out")
             save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
-            runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds, callbacks)
+            runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds, callbacks,
+                                                      topology)
+        ready()
         result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
         return _finish(result, cfg, ds, run_dir)
+
+
+@contextlib.contextmanager
+def _telling_replicas(topology: Topology, device: str) -> Iterator[Callable[[], None]]:
+    """The writer's preparation of the folder: ``ready()`` tells its data-parallel replicas
+    to start; a refusal before it tells them to stop (:func:`replicas.writer_ready`)."""
+    told = []
+
+    def ready() -> None:
+        replicas.writer_ready(topology, device, True)
+        told.append(True)
+
+    try:
+        yield ready
+    except BaseException:
+        if not told:
+            replicas.writer_ready(topology, device, False)
+        raise
 
 
 def changes_of(cfg: RunConfig) -> dict[str, int]:
@@ -342,7 +402,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
     it, and that the sample manifest is the checkpoint's store record."""
     run_dir = Path(run_dir)
     cfg = read_config(run_dir)
-    runner, problem, ds, total = build_runner(cfg, run_dir)
+    runner, problem, ds, total = build_runner(cfg, run_dir, topology=None)
     path = latest_checkpoint(run_dir / "checkpoints")
     if path is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint: the run never started")

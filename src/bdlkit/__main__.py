@@ -1,0 +1,7 @@
+"""``python -m bdlkit``: the command line (what ``torchrun ... -m bdlkit fit ...`` runs)."""
+
+import sys
+
+from bdlkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,118 @@
+"""What the runner does differently on several data-parallel ranks of one chain.
+
+The replicas of a chain run the same loop on different shards of each minibatch; the
+model's all-reduced oracle (:mod:`bdlkit.problems.data_parallel`) makes their steps
+identical. Three things must then be decided or checked together, or one rank would
+wait forever in a collective the others skipped:
+
+* **when to checkpoint or stop** (a time-based checkpoint, Ctrl-C/SIGTERM on one rank, a
+  failed callback on the writer): :func:`decide_together` ORs the flags every step;
+* **that the replicas are still replicas**: :func:`verify` compares the digest of every
+  rank's state at each checkpoint, before the writer writes it;
+* **which checkpoint a resume reads**: :func:`open_shared`, the writer picks the newest
+  intact one (setting damaged ones aside) and broadcasts its step; the others read
+  that file and check its checksum themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from signal import SIGTERM
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bdlkit.core import distributed
+from bdlkit.core.distributed import Topology
+from bdlkit.core.serialization import tensor_digest
+from bdlkit.engine.checkpoint import Checkpoint, checkpoint_path, load_checkpoint
+from bdlkit.engine.resume import open_newest
+from bdlkit.problems import BayesianModel, Target
+
+
+def device_of(problem: Any) -> torch.device:
+    """Where a problem's collectives run (its device: nccl needs CUDA tensors)."""
+    return getattr(problem, "device", torch.device("cpu"))
+
+
+def check_data_parallel(problem: Any, data: Any, compile: bool) -> None:
+    """Refuse what data parallelism cannot split exactly, naming the fix."""
+    if isinstance(problem, Target):
+        raise ValueError("a Target has no data to split over data-parallel ranks: run its "
+                         "chains on chain groups instead (chain_groups = the process count)")
+    if not isinstance(problem, BayesianModel) or (
+            type(problem).value_and_score is not BayesianModel.value_and_score):
+        raise ValueError(f"data parallelism all-reduces BayesianModel.value_and_score; "
+                         f"{type(problem).__name__} is not one or overrides it: run it in one "
+                         "process per chain (chain groups)")
+    if problem.buffers == "batch_stats":
+        raise ValueError("buffers='batch_stats' normalises each rank's shard by its own "
+                         "statistics, which is not the one-process step: use frozen buffers "
+                         "(a FilterResponseNorm or LayerNorm network) or one process")
+    if compile:
+        raise ValueError("compile=True is not supported on several data-parallel ranks yet: "
+                         "drop it (the all-reduce is the step's collective)")
+
+
+def decide_together(topology: Topology, problem: Any, checkpoint_due: bool,
+                    signal: int | None, failed: bool) -> tuple[bool, int | None, bool]:
+    """``(checkpoint now, the stopping signal, a callback failed on another rank)`` as
+    every replica sees them. Every rank then checkpoints (all take part in :func:`verify`)
+    before any of them raises."""
+    due, stopped, failed_any = distributed.any_of(
+        [bool(checkpoint_due), signal is not None, failed], topology.group, device_of(problem))
+    return (due, signal if signal is not None else (SIGTERM if stopped else None),
+            failed_any and not failed)
+
+
+def stopped_by_another(topology: Topology, t: int) -> RuntimeError:
+    """Why a replica stops when a callback failed on another rank of its chain."""
+    return RuntimeError(f"stopped after step {t}, checkpointed: a callback failed on another "
+                        f"rank of chain {topology.chain} (ranks {topology.leader}.."
+                        f"{topology.leader + topology.data_size - 1}); see its message")
+
+
+def verify(topology: Topology, problem: Any, tensors: dict[str, Tensor], t: int,
+           last_checkpoint: Path | None) -> None:
+    """Refuse to go on when the chain's replicas no longer hold the same state."""
+    if not distributed.same_everywhere(tensor_digest(tensors), topology.group,
+                                       topology.data_size, device_of(problem)):
+        raise RuntimeError(
+            f"after step {t} the {topology.data_size} data-parallel replicas of chain "
+            f"{topology.chain} hold different states: they must run the same bdlkit, seed and "
+            "options on the same data, with a deterministic all-reduce. The last checkpoint, "
+            f"{last_checkpoint}, is from before the difference")
+
+
+def open_shared(topology: Topology, problem: Any, folder: Path) -> tuple[Path, Checkpoint]:
+    """The checkpoint every replica resumes from (module docstring)."""
+    device = device_of(problem)
+    if topology.writer:
+        try:
+            path, ckpt = open_newest(folder)
+        except BaseException:
+            distributed.broadcast_int(-1, topology.leader, topology.group, device)
+            raise
+        distributed.broadcast_int(ckpt.step, topology.leader, topology.group, device)
+        return path, ckpt
+    step = distributed.broadcast_int(-1, topology.leader, topology.group, device)
+    if step < 0:
+        raise RuntimeError(f"the writer of chain {topology.chain} (rank {topology.leader}) "
+                           f"found no checkpoint to resume from in {folder}; see its message")
+    path = checkpoint_path(folder, step)
+    return path, load_checkpoint(path)
+
+
+def writer_ready(topology: Topology, device: torch.device | str, ok: bool) -> None:
+    """The writer tells its replicas that the run folder is ready (``ok``) or that it
+    refused the run (they then stop too, instead of waiting in the first all-reduce)."""
+    if topology.data_parallel:
+        distributed.broadcast_int(0 if ok else 1, topology.leader, topology.group, device)
+
+
+def wait_for_writer(topology: Topology, device: torch.device | str) -> None:
+    """A replica waits until its writer has prepared the run folder (:func:`writer_ready`)."""
+    if distributed.broadcast_int(-1, topology.leader, topology.group, device) != 0:
+        raise RuntimeError(f"chain {topology.chain}'s writer (rank {topology.leader}) refused "
+                           "the run; see its message")
