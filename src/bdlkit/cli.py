@@ -50,6 +50,8 @@ from bdlkit.runs.config import (
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 HYPER_PREFIX = "hyper__"
+TENSORBOARD_CHAINS = ("--tensorboard with --chain-groups would mix the chains' curves in one "
+                      "folder: drop it (each chain's log.jsonl holds its curve)")
 FIT_EXAMPLES = """examples:
   bdlkit fit --method sgld --model mlp --data digits --steps 500 --seed 0 --out runs/sgld
   bdlkit fit --method sgld --data mnist --epochs 10 --lr 0.1 --eval-every 100 --out runs/m
@@ -245,10 +247,13 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
                              "method's step size (e.g. --lr after a NaN stop); pass no other "
                              "options (to change them, start a new run with --out)")
         step_size = next(iter(hyper.items()), None)
-        topology = distributed.init(*ranks.launch_layout(args.resume))
-        output = ranks.resume(args.resume, topology, progress=progress and topology.rank == 0,
-                              step_size=step_size,
-                              callbacks=callbacks if topology.writer else None)
+        layout = ranks.launch_layout(args.resume)
+        if layout[0] > 1 and args.tensorboard:
+            raise InputError(TENSORBOARD_CHAINS)
+        with distributed.joined(*layout) as topology:
+            output = ranks.resume(args.resume, topology,
+                                  progress=progress and topology.rank == 0, step_size=step_size,
+                                  callbacks=callbacks if topology.writer else None)
         return _print_run(output, Path(args.resume), topology)
     values: dict[str, Any] = {}
     if args.config:
@@ -268,12 +273,11 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
         parser.error("--out DIR is required (the run directory to write)")
     cfg = _run_config(values, _given_keys({**given, "hyper": hyper}), args.config)
     if cfg.chain_groups > 1 and args.tensorboard:
-        raise InputError("--tensorboard with --chain-groups would mix the chains' curves in one "
-                         "folder: drop it (each chain's log.jsonl holds its curve)")
-    topology = distributed.init(cfg.chain_groups, cfg.device)
-    output = ranks.fit(cfg, args.out, topology, overwrite=args.overwrite,
-                       progress=progress and topology.rank == 0,
-                       callbacks=callbacks if topology.writer else None)
+        raise InputError(TENSORBOARD_CHAINS)
+    with distributed.joined(cfg.chain_groups, cfg.device) as topology:
+        output = ranks.fit(cfg, args.out, topology, overwrite=args.overwrite,
+                           progress=progress and topology.rank == 0,
+                           callbacks=callbacks if topology.writer else None)
     return _print_run(output, Path(args.out), topology)
 
 
@@ -462,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str], fit_parser: Any) -> int:
+    several = args.command == "fit" or (args.command == "meta-train" and args.learner == "l2e")
+    if distributed.launched() and not several:
+        raise InputError(f"`bdlkit {args.command}` runs in one process; under torchrun only "
+                         "`fit` and `meta-train l2e` use several: run it without torchrun")
     if args.command == "fit":
         return cmd_fit(args, fit_parser)
     if args.command == "reference":

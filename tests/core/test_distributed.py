@@ -60,3 +60,19 @@ def test_all_reduce_packs_tensors_into_buckets(one_process_group, monkeypatch):
     assert distributed.any_of([False, True], None) == [False, True]
     assert distributed.broadcast_int(7, 0, None) == 7
     assert distributed.same_everywhere("abc", None, 1)
+
+
+def test_an_indexed_gpu_under_torchrun_is_refused(monkeypatch):
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "1")):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InputError, match="--device cuda"):
+        distributed.init(device="cuda:1")
+
+
+def test_commands_that_run_in_one_process_are_refused_under_torchrun(monkeypatch, capsys):
+    from bdlkit.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["evaluate", "nowhere"]) == 2
+    assert "runs in one process" in capsys.readouterr().err

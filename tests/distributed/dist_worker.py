@@ -113,6 +113,7 @@ def main() -> None:
                       fail_at=args.fail_at)
         save_tensors(args.out / f"{method}-rank-{topology.rank}.safetensors",
                      {k: v.contiguous() for k, v in tensors.items()})
+    distributed.barrier()  # no rank leaves while another still talks to it
     if distributed.launched():
         torch.distributed.destroy_process_group()
 

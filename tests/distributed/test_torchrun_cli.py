@@ -54,8 +54,8 @@ def test_torchrun_chain_groups_write_a_folder_per_chain_and_the_cross_chain_rhat
     done = _torchrun([*FIT, "--method", "sgld", "--steps", "60", "--chain-groups", "2",
                       "--out", "C"], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert sorted(p.name for p in (tmp_path / "C").iterdir()) == ["chain-0", "chain-1",
-                                                                  "chains.json"]
+    assert sorted(p.name for p in (tmp_path / "C").iterdir()) == [
+        ".bdlkit-run", "chain-0", "chain-1", "chains.json"]
     seeds = [yaml.safe_load((tmp_path / "C" / f"chain-{g}" / "config.yaml").read_text())["seed"]
              for g in (0, 1)]
     assert seeds == [0, 1]
@@ -63,6 +63,9 @@ def test_torchrun_chain_groups_write_a_folder_per_chain_and_the_cross_chain_rhat
     assert chains["chains"] == 2 and chains["draws_per_chain"] > 4
     assert chains["function_rhat_vehtari21"]["num"] == 64 * 10
     assert chains["function_rhat_vehtari21"]["mean"] >= 1.0
+    again = _torchrun([*FIT, "--method", "sgld", "--steps", "60", "--chain-groups", "2",
+                       "--out", "C"], tmp_path)  # an existing OUT needs --overwrite
+    assert again.returncode != 0 and "already exists" in again.stderr
 
 
 def test_chain_groups_without_the_processes_is_one_line_error(tmp_path: Path, capsys):

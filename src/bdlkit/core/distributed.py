@@ -19,8 +19,11 @@ here is the layout and three small helpers; the communication is torch's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +122,9 @@ def init(chain_groups: int = 1, device: str = "cpu", backend: str | None = None
     if missing:
         raise RuntimeError(f"WORLD_SIZE is set but {', '.join(missing)} are not: launch the "
                            "processes with torchrun (it sets all four)")
+    if re.fullmatch(r"cuda:\d+", str(device)):
+        raise InputError(f"--device {device} under torchrun: every rank takes GPU LOCAL_RANK, "
+                         "so pass --device cuda")
     if not dist.is_initialized():
         chosen = (backend or os.environ.get("BDLKIT_DIST_BACKEND")
                   or ("nccl" if str(device).startswith("cuda") else "gloo"))
@@ -216,3 +222,22 @@ def barrier() -> None:
     """Wait for every rank (a no-op alone)."""
     if dist.is_initialized():
         dist.barrier()
+
+
+@contextlib.contextmanager
+def joined(chain_groups: int = 1, device: str = "cpu", backend: str | None = None
+           ) -> Iterator[Topology]:
+    """:func:`init`, and leaving the process group at the end: after a barrier when the
+    body succeeded (no rank exits while another still talks to it: a rank that leaves
+    early can abort the others' gloo threads), at once when it failed (the launcher ends
+    the others)."""
+    topology = init(chain_groups, device, backend)
+    try:
+        yield topology
+    except BaseException:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

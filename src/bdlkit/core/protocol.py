@@ -90,6 +90,7 @@ class Algorithm(Protocol):
     chooses_draws: bool  # keep(t) decides which draws are kept (no default burn-in/thin)
     collects_draws: bool  # its draws are the chain's states, kept in a sample store
     step_size_param: str  # the option named by the runner's NaN message
+    data_parallel: bool  # scores only through problem.value_and_score (what is all-reduced)
     is_finite: Any  # (state) -> bool: the runner's NaN check at checkpoints
     label: str  # how messages name it: the name, and a VI method's family
     VERSION: int | str  # of the update rule; a checkpoint of another version is refused
@@ -142,7 +143,9 @@ class AlgorithmBase:
     An algorithm is a frozen dataclass deriving from one of :class:`Sampler`,
     :class:`Optimizer`, :class:`Variational` or :class:`EnsembleBase` and overriding
     only what it has: ``full_batch = True`` (HMC, NUTS), ``chooses_draws = True`` with a
-    ``keep`` (cyclical SG-MCMC), a ``warmup_steps`` property, a ``for_run``, a ``VERSION``.
+    ``keep`` (cyclical SG-MCMC), a ``warmup_steps`` property, a ``for_run``, a ``VERSION``,
+    ``data_parallel = False`` (it differentiates ``problem.log_posterior`` itself, which the
+    data-parallel all-reduce does not reach: NUTS, Fisher VI).
     Its dataclass fields other than ``problem`` and ``name`` are its hyperparameters;
     fields declared ``field(init=False, repr=False)`` are derived members.
     """
@@ -152,6 +155,7 @@ class AlgorithmBase:
     chooses_draws: ClassVar[bool] = False
     collects_draws: ClassVar[bool] = False
     step_size_param: ClassVar[str] = "lr"
+    data_parallel: ClassVar[bool] = True
     VERSION: ClassVar[int | str] = 1
 
     @property

@@ -168,11 +168,14 @@ def _meta(raw: bytes) -> dict[str, Any]:
 
 
 def global_rng_state() -> dict[str, Tensor]:
-    """The global torch RNG states (CPU and, when initialised, each CUDA device)."""
+    """The global torch RNG states (CPU and, when initialised, each CUDA device, and the
+    current device's again as ``cuda_current_device``: the data-parallel replicas each
+    run on their own GPU and restore the writer's current one onto theirs)."""
     states = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             states[f"torch_cuda_{i}"] = s
+        states["cuda_current_device"] = torch.cuda.get_rng_state()
     return states
 
 
@@ -183,5 +186,7 @@ def set_global_rng_state(states: dict[str, Tensor]) -> None:
     cuda = [states[k] for k in keys]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
+        if "cuda_current_device" in states:
+            torch.cuda.set_rng_state(states["cuda_current_device"])
 
 

@@ -2,16 +2,18 @@
 
 The replicas of a chain run the same loop on different shards of each minibatch; the
 model's all-reduced oracle (:mod:`bdlkit.problems.data_parallel`) makes their steps
-identical. Three things must then be decided or checked together, or one rank would
+identical. These things must then be decided or checked together, or one rank would
 wait forever in a collective the others skipped:
 
 * **when to checkpoint or stop** (a time-based checkpoint, Ctrl-C/SIGTERM on one rank, a
   failed callback on the writer): :func:`decide_together` ORs the flags every step;
 * **that the replicas are still replicas**: :func:`verify` compares the digest of every
   rank's state at each checkpoint, before the writer writes it;
-* **which checkpoint a resume reads**: :func:`open_shared`, the writer picks the newest
-  intact one (setting damaged ones aside) and broadcasts its step; the others read
-  that file and check its checksum themselves.
+* **when and where to start**: the writer locks the folder, picks the newest intact
+  checkpoint of a resume (setting damaged ones aside) and runs its callbacks' start;
+  then it broadcasts the step it starts from (:func:`announce_start`), or -1 when it
+  refused the run, so that its replicas stop instead of waiting; they read that
+  checkpoint and check its checksum themselves (:func:`open_announced`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from bdlkit.core import distributed
 from bdlkit.core.distributed import Topology
 from bdlkit.core.serialization import tensor_digest
 from bdlkit.engine.checkpoint import Checkpoint, checkpoint_path, load_checkpoint
-from bdlkit.engine.resume import open_newest
 from bdlkit.problems import BayesianModel, Target
 
 
@@ -36,8 +37,13 @@ def device_of(problem: Any) -> torch.device:
     return getattr(problem, "device", torch.device("cpu"))
 
 
-def check_data_parallel(problem: Any, data: Any, compile: bool) -> None:
+def check_data_parallel(algorithm: Any, data: Any, compile: bool) -> None:
     """Refuse what data parallelism cannot split exactly, naming the fix."""
+    problem = algorithm.problem
+    if not algorithm.data_parallel:
+        raise ValueError(f"{algorithm.name} differentiates the log density itself, past the "
+                         "all-reduce of data-parallel ranks: run it in one process per chain "
+                         "(--chain-groups equal to the process count)")
     if isinstance(problem, Target):
         raise ValueError("a Target has no data to split over data-parallel ranks: run its "
                          "chains on chain groups instead (chain_groups = the process count)")
@@ -85,22 +91,26 @@ def verify(topology: Topology, problem: Any, tensors: dict[str, Tensor], t: int,
             f"{last_checkpoint}, is from before the difference")
 
 
-def open_shared(topology: Topology, problem: Any, folder: Path) -> tuple[Path, Checkpoint]:
-    """The checkpoint every replica resumes from (module docstring)."""
-    device = device_of(problem)
-    if topology.writer:
-        try:
-            path, ckpt = open_newest(folder)
-        except BaseException:
-            distributed.broadcast_int(-1, topology.leader, topology.group, device)
-            raise
-        distributed.broadcast_int(ckpt.step, topology.leader, topology.group, device)
-        return path, ckpt
-    step = distributed.broadcast_int(-1, topology.leader, topology.group, device)
+def announce_start(topology: Topology, problem: Any, step: int) -> None:
+    """The writer's start signal: the step its run starts from (the checkpoint a resume
+    reads), or -1 when it refused the run (its replicas then stop instead of waiting in
+    the first all-reduce)."""
+    distributed.broadcast_int(step, topology.leader, topology.group, device_of(problem))
+
+
+def wait_for_start(topology: Topology, problem: Any) -> int:
+    """A replica's side of :func:`announce_start`: the writer's step, or an error."""
+    step = distributed.broadcast_int(-1, topology.leader, topology.group, device_of(problem))
     if step < 0:
-        raise RuntimeError(f"the writer of chain {topology.chain} (rank {topology.leader}) "
-                           f"found no checkpoint to resume from in {folder}; see its message")
-    path = checkpoint_path(folder, step)
+        raise RuntimeError(f"chain {topology.chain}'s writer (rank {topology.leader}) could not "
+                           "start the run; see its message")
+    return step
+
+
+def open_announced(topology: Topology, problem: Any, folder: Path) -> tuple[Path, Checkpoint]:
+    """The checkpoint a replica resumes from: the one its writer chose (setting damaged
+    ones aside) and announced; read and checksummed here."""
+    path = checkpoint_path(folder, wait_for_start(topology, problem))
     return path, load_checkpoint(path)
 
 

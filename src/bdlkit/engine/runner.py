@@ -180,9 +180,8 @@ class Runner:
         self.topology = topology = topology or SINGLE
         self.writes = topology.writer
         ranks = topology.data_size
-        if topology.data_parallel:
-            replicas.check_data_parallel(self.problem, data, compile)
-            self.problem.shard_over(topology)
+        if topology.data_parallel:  # (fit() makes the oracle data parallel while it runs)
+            replicas.check_data_parallel(algorithm, data, compile)
         rows = batch_size * ranks  # the step's minibatch, over all ranks
         self.batches = Batches(self.problem, data, rows, rng.fold_in(seed, DATA_SEED_SALT),
                                (topology.data_rank, ranks))
@@ -280,10 +279,26 @@ class Runner:
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
         self._changed = dict(changed or {})
-        if self.run_dir is None or not self.writes:  # the writer alone locks and writes
-            return self._fit(resume, config)
-        with run_lock(self.run_dir, f"fitting {self.algorithm.name}"):
-            return self._fit(resume, config)
+        self._announced = not (self.topology.data_parallel and self.writes)
+        if self.topology.data_parallel:
+            self.problem.shard_over(self.topology)
+        try:
+            if self.run_dir is None or not self.writes:  # the writer alone locks and writes
+                return self._fit(resume, config)
+            with run_lock(self.run_dir, f"fitting {self.algorithm.name}"):
+                return self._fit(resume, config)
+        except BaseException:
+            if not self._announced:  # refused before its replicas could start: stop them
+                self._announce_start(-1)
+            raise
+        finally:
+            if self.topology.data_parallel:  # the model's oracle is its own again
+                self.problem.shard_over(SINGLE)
+
+    def _announce_start(self, step: int) -> None:
+        """The writer tells its replicas the step the run starts from (-1: it cannot)."""
+        self._announced = True
+        replicas.announce_start(self.topology, self.problem, step)
 
     def _fit(self, resume: bool, config: dict[str, Any] | None) -> Result:
         total = self.total
@@ -297,6 +312,8 @@ class Runner:
             truncate_log(log, start)
         method = self.algorithm.name
         self.callbacks.start(start, total, history, method)
+        if not self._announced:  # the replicas start with the writer (resume: its step)
+            self._announce_start(start)
         bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
                    dynamic_ncols=True)
         clock = time.perf_counter()
@@ -412,6 +429,8 @@ class Runner:
 
     # ------------------------------------------------------------------ internals
     def _start(self, total: int, resume: bool) -> tuple[Any, int, list[dict], float]:
+        if not self.writes and not resume:  # a replica waits for its writer's start
+            replicas.wait_for_start(self.topology, self.problem)
         state = self.initial_state()
         self._sane_bound = SANE_FACTOR * max(1.0, max_abs(self.algorithm.params(state)))
         folder = self.run_dir / "checkpoints" if self.run_dir is not None else None
@@ -426,8 +445,8 @@ class Runner:
             return state, 0, [], 0.0
         if folder is None:
             raise ValueError("resume=True needs the run_dir of the interrupted run")
-        path, ckpt = (replicas.open_shared(self.topology, self.problem, folder)
-                      if self.topology.data_parallel else open_newest(folder))
+        path, ckpt = (replicas.open_announced(self.topology, self.problem, folder)
+                      if not self.writes else open_newest(folder))
         meta = ckpt.meta
         self.check_checkpoint(meta, path, self._changed)
         try:

@@ -79,9 +79,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         budget_minutes=args.budget_minutes, checkpoint_every=args.checkpoint_every,
         families=tuple(f.strip() for f in args.families.split(",") if f.strip()),
         constants=constants)
-    topology = distributed.init(backend="gloo")  # torchrun: the population split (CPU tensors)
-    summary = meta_train(args.out, cfg, overwrite=args.overwrite, data_root=args.data_root,
-                         command=shlex.join(["bdlkit", *argv]), topology=topology)
+    # torchrun: the population split over the processes (CPU tensors: gloo)
+    with distributed.joined(backend="gloo") as topology:
+        summary = meta_train(args.out, cfg, overwrite=args.overwrite, data_root=args.data_root,
+                             command=shlex.join(["bdlkit", *argv]), topology=topology)
     if topology.rank != 0:
         return 0
     loss = summary["final_meta_loss"]

@@ -27,12 +27,13 @@ class IsotropicGaussian:
         self.scale = float(scale)
         self.mean_spec = mean
         self.means: dict[str, Tensor] = {}
+        self._digest = tensor_digest(mean)[:12] if isinstance(mean, dict) else None
 
     def __repr__(self) -> str:
         """The scale and the mean: ``0``, ``init`` or ``given:<digest>`` (the first 12 hex
         digits of the given tensors' SHA-256, so a run's fingerprint sees new weights)."""
         mean = ("0" if self.mean_spec is None else "init" if self.mean_spec == "init"
-                else f"given:{tensor_digest(self.mean_spec)[:12]}")
+                else f"given:{self._digest}")
         return f"IsotropicGaussian(scale={self.scale}, mean={mean})"
 
     def bind(self, initial: dict[str, Tensor]) -> None:

@@ -49,6 +49,8 @@ def fit(cfg: RunConfig, out: str | Path, topology: Topology, **kwargs: Any
         ) -> directory.RunOutput | None:
     """This rank's part of the run (``kwargs``: those of :func:`bdlkit.runs.directory.fit`);
     the chain writer's output, None elsewhere."""
+    if topology.chain_groups > 1:
+        _prepare_chains_folder(Path(out), bool(kwargs.get("overwrite")), topology)
     output = directory.fit(chain_config(cfg, topology), chain_folder(out, topology),
                            topology=topology, **kwargs)
     _cross_chain(output, Path(out), topology)
@@ -80,6 +82,17 @@ def first_config_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     first = run_dir / "chain-0"
     return first if first.is_dir() and not (run_dir / "config.yaml").exists() else run_dir
+
+
+def _prepare_chains_folder(out: Path, overwrite: bool, topology: Topology) -> None:
+    """``OUT`` of a chain-groups run: refused when it exists (a run of any kind) unless
+    ``overwrite``; then rank 0 clears what bdlkit wrote there (an earlier run's chains,
+    ``chains.json``, a one-process run) and marks it, while the other ranks wait."""
+    if topology.rank == 0:
+        chains = tuple(p.name for p in out.glob("chain-*")) if out.is_dir() else ()
+        directory.prepare_out(out, overwrite,
+                              entries=(*directory.RUN_ENTRIES, CHAINS_FILE, *chains))
+    distributed.barrier()
 
 
 def _finished(folder: Path) -> bool:

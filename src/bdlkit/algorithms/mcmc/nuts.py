@@ -105,6 +105,7 @@ class NUTS(Sampler):
     name: str = "nuts"
     full_batch: ClassVar[bool] = True
     step_size_param: ClassVar[str] = "step_size"
+    data_parallel: ClassVar[bool] = False  # Pyro differentiates problem.log_posterior
     _cache: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

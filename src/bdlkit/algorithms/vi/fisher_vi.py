@@ -47,7 +47,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -113,6 +113,7 @@ class FisherVI(vi.DiagGaussianVI):
     num_samples: int = 1
     init_std: float = 1e-3
     name: str = "fisher_vi"
+    data_parallel: ClassVar[bool] = False  # differentiates problem.log_posterior itself
     _opt: Any = field(init=False, repr=False, compare=False)
     _log_density: LogDensity = field(init=False, repr=False, compare=False)
 
