@@ -23,7 +23,7 @@ import torch
 from bdlkit import algorithms, data, models
 from bdlkit.cli import main
 from bdlkit.engine.checkpoint import list_checkpoints, load_checkpoint
-from bdlkit.runs.config import load_yaml
+from bdlkit.runs.yaml_files import load_yaml
 
 PNG = b"\x89PNG\r\n\x1a\n"
 QUICK = ["--steps", "20", "--log-every", "5", "--no-progress"]

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from bdlkit.cli import main
-from bdlkit.runs.config import load_yaml
+from bdlkit.runs.yaml_files import load_yaml
 
 ACCEPTANCE = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "60",
               "--seed", "0", "--out", "{out}", "--no-progress"]

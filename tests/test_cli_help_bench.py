@@ -12,7 +12,7 @@ import pytest
 from bdlkit import algorithms, bench, data, models
 from bdlkit.bench import digits
 from bdlkit.cli import main
-from bdlkit.runs.config import load_yaml
+from bdlkit.runs.yaml_files import load_yaml
 
 
 # ---------------------------------------------------------------------- help and list

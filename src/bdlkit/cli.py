@@ -43,10 +43,10 @@ from bdlkit.runs.config import (
     ConfigValueError,
     RunConfig,
     check_keys,
-    load_yaml,
     method_hyperparameters,
     method_options,
 )
+from bdlkit.runs.yaml_files import load_yaml
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 HYPER_PREFIX = "hyper__"

@@ -5,7 +5,9 @@
   is one line, ``bdlkit: error: <message>``, naming the option or file and the fix; exit
   status 2. Argument parsing errors look the same (:class:`OneLineParser`).
 - An interrupted run says how to resume it (exit 128 + signal, or 130); a run whose
-  density or parameters became NaN says so (exit 1).
+  density or parameters became NaN says so (exit 1), and so does a data-parallel replica
+  that stops because another rank of its chain refused or stopped the run
+  (``bdlkit: stopped: ...``, exit 1).
 - Any other exception is a bug in bdlkit: its traceback, then one line saying so and
   asking for a report (exit 1).
 
@@ -23,7 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from bdlkit.core.errors import InputError, NonFiniteError
+from bdlkit.core.errors import InputError, NonFiniteError, ReplicaStopped
 from bdlkit.engine.signals import Interrupted
 from bdlkit.runs.config import ConfigValueError, parse_value
 
@@ -93,7 +95,7 @@ def run_guarded(command: str, args: argparse.Namespace, body: Callable[[], int])
                 "newest checkpoint") if command == "fit" and run_dir else ""
         print(f"\nbdlkit: interrupted{hint}", file=sys.stderr)
         return 130
-    except NonFiniteError as err:
+    except (NonFiniteError, ReplicaStopped) as err:
         print(f"bdlkit: stopped: {one_line(err)}", file=sys.stderr)
         return 1
     except INPUT_ERRORS as err:

@@ -11,11 +11,10 @@ from bdlkit import algorithms
 from bdlkit.runs.config import (
     RunConfig,
     check_keys,
-    load_yaml,
     method_hyperparameters,
     resolved_hyper,
-    save_yaml,
 )
+from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 
 def _build_defaults(method: str) -> dict:

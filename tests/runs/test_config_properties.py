@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from bdlkit import algorithms
 from bdlkit.core.errors import InputError
-from bdlkit.runs.config import RunConfig, load_yaml, method_hyperparameters, save_yaml
+from bdlkit.runs.config import RunConfig, method_hyperparameters
+from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 FIELDS = [f.name for f in dataclasses.fields(RunConfig)]
 HYPER_NAMES = sorted({n for m in algorithms.METHODS for n in method_hyperparameters(m)})

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bdlkit.cli import main
-from bdlkit.runs.config import load_yaml
 from bdlkit.runs.directory import load_run
+from bdlkit.runs.yaml_files import load_yaml
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FORECAST_KEYS = ("mse", "mae", "nll", "nll_gaussian", "crps", "coverage_50", "coverage_90",

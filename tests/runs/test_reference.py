@@ -165,7 +165,7 @@ def test_refuses_regression_data_and_foreign_folders(tmp_path):
 def test_a_chain_saved_before_or_with_the_likelihood_option_is_reused(tmp_path, saved, wanted):
     """A chain whose config.yaml has no ``likelihood`` (written before the option existed),
     ``auto`` or its resolution ``categorical`` is the same chain; another likelihood is not."""
-    from bdlkit.runs.config import save_yaml
+    from bdlkit.runs.yaml_files import save_yaml
 
     cfg = RunConfig(method="hmc", data="digits", likelihood=wanted)
     values = cfg.to_dict()

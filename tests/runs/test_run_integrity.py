@@ -17,7 +17,8 @@ from bdlkit.core.errors import CorruptFileError, RecoveryWarning
 from bdlkit.core.lock import HOLDER_NAME, LOCK_NAME, FolderBusyError
 from bdlkit.engine.checkpoint import latest_checkpoint, list_checkpoints
 from bdlkit.runs import directory as run
-from bdlkit.runs.config import RunConfig, load_yaml, save_yaml
+from bdlkit.runs.config import RunConfig
+from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 CONFIG = dict(method="sgld", data="digits", model_kwargs={"hidden": [8]}, steps=60,
               batch_size=64, burnin=10, thin=1, max_samples=50, checkpoint_every=10,

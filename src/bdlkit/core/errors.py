@@ -28,6 +28,11 @@ class NonFiniteError(FloatingPointError):
     """The log density or the parameters became NaN or infinite during inference."""
 
 
+class ReplicaStopped(RuntimeError):
+    """A data-parallel replica stops because another rank of its chain refused or stopped
+    the run; that rank's message says why."""
+
+
 class RecoveryWarning(UserWarning):
     """bdlkit recovered from damage: a damaged or diverged checkpoint was set aside and the
     run continues from an earlier one (the message names both files)."""

@@ -9,6 +9,7 @@ options match the stored ones (only the options a learner declares resumable may
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -129,3 +130,11 @@ def plot_curve(history: list[dict[str, Any]], path: Path, title: str, ylabel: st
 
 __all__ = ["CHECKPOINT", "OUTPUTS", "check_options", "options_dict", "plot_curve", "resume",
            "save_checkpoint", "smoothed"]
+
+
+def add_run_options(parser: argparse.ArgumentParser, budget_minutes: float) -> None:
+    """The options every ``bdlkit meta-train LEARNER`` has: the run folder and the budget."""
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="run folder (resumed if present)")
+    parser.add_argument("--budget-minutes", type=float, default=budget_minutes,
+                        help=f"wall-clock budget of this invocation (default {budget_minutes:g})")

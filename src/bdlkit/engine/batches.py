@@ -72,6 +72,23 @@ class Batches:
             self._epoch = -1
             self._perm: Tensor | None = None
 
+    def use_every_row(self, needed_by: str, batch_size: int) -> int:
+        """Make every step's batch all the rows (``needed_by`` takes full-batch gradients,
+        in place); returns the step's rows (``batch_size`` where they are not known: a
+        Target)."""
+        if self.loader is not None and self.per_epoch != 1:
+            raise ValueError(
+                f"{needed_by} needs full-batch gradients but the DataLoader yields "
+                f"{self.per_epoch} batches per epoch; pass the data as a Dataset or "
+                "(x, y) tensors, or a DataLoader with one batch"
+            )
+        rows = self.num_rows
+        if rows is None:
+            return batch_size
+        if self.x is not None:
+            self.size, self.per_epoch, self._epoch = rows, 1, -1
+        return rows
+
     @property
     def num_rows(self) -> int | None:
         if self.x is not None:

@@ -18,6 +18,8 @@ wait forever in a collective the others skipped:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from signal import SIGTERM
 from typing import Any
@@ -26,7 +28,8 @@ import torch
 from torch import Tensor
 
 from bdlkit.core import distributed
-from bdlkit.core.distributed import Topology
+from bdlkit.core.distributed import SINGLE, Topology
+from bdlkit.core.errors import ReplicaStopped
 from bdlkit.core.serialization import tensor_digest
 from bdlkit.engine.checkpoint import Checkpoint, checkpoint_path, load_checkpoint
 from bdlkit.problems import BayesianModel, Target
@@ -72,9 +75,9 @@ def decide_together(topology: Topology, problem: Any, checkpoint_due: bool,
             failed_any and not failed)
 
 
-def stopped_by_another(topology: Topology, t: int) -> RuntimeError:
+def stopped_by_another(topology: Topology, t: int) -> ReplicaStopped:
     """Why a replica stops when a callback failed on another rank of its chain."""
-    return RuntimeError(f"stopped after step {t}, checkpointed: a callback failed on another "
+    return ReplicaStopped(f"stopped after step {t}, checkpointed: a callback failed on another "
                         f"rank of chain {topology.chain} (ranks {topology.leader}.."
                         f"{topology.leader + topology.data_size - 1}); see its message")
 
@@ -91,6 +94,41 @@ def verify(topology: Topology, problem: Any, tensors: dict[str, Tensor], t: int,
             f"{last_checkpoint}, is from before the difference")
 
 
+class StartSignal:
+    """The writer's start signal to its replicas, sent once per ``Runner.fit``: the step
+    the run starts from once the writer has locked the folder, chosen the checkpoint and
+    started its callbacks (:func:`announce_start`), or -1 when it refused the run before.
+
+    Args:
+        topology: the runner's; only a data-parallel writer sends anything.
+        problem: the model whose oracle is data parallel while the fit runs.
+    """
+
+    def __init__(self, topology: Topology, problem: Any) -> None:
+        self.topology, self.problem = topology, problem
+        self.pending = topology.data_parallel and topology.writer
+
+    def send(self, step: int) -> None:
+        if self.pending:
+            self.pending = False
+            announce_start(self.topology, self.problem, step)
+
+    @contextlib.contextmanager
+    def while_fitting(self) -> Iterator[None]:
+        """The model's oracle data parallel for the fit; a failure before the start signal
+        sends -1, so that the replicas stop instead of waiting."""
+        if self.topology.data_parallel:
+            self.problem.shard_over(self.topology)
+        try:
+            yield
+        except BaseException:
+            self.send(-1)
+            raise
+        finally:
+            if self.topology.data_parallel:  # the model's oracle is its own again
+                self.problem.shard_over(SINGLE)
+
+
 def announce_start(topology: Topology, problem: Any, step: int) -> None:
     """The writer's start signal: the step its run starts from (the checkpoint a resume
     reads), or -1 when it refused the run (its replicas then stop instead of waiting in
@@ -102,7 +140,7 @@ def wait_for_start(topology: Topology, problem: Any) -> int:
     """A replica's side of :func:`announce_start`: the writer's step, or an error."""
     step = distributed.broadcast_int(-1, topology.leader, topology.group, device_of(problem))
     if step < 0:
-        raise RuntimeError(f"chain {topology.chain}'s writer (rank {topology.leader}) could not "
+        raise ReplicaStopped(f"chain {topology.chain}'s writer (rank {topology.leader}) could not "
                            "start the run; see its message")
     return step
 
@@ -124,5 +162,5 @@ def writer_ready(topology: Topology, device: torch.device | str, ok: bool) -> No
 def wait_for_writer(topology: Topology, device: torch.device | str) -> None:
     """A replica waits until its writer has prepared the run folder (:func:`writer_ready`)."""
     if distributed.broadcast_int(-1, topology.leader, topology.group, device) != 0:
-        raise RuntimeError(f"chain {topology.chain}'s writer (rank {topology.leader}) refused "
+        raise ReplicaStopped(f"chain {topology.chain}'s writer (rank {topology.leader}) refused "
                            "the run; see its message")

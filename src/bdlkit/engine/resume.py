@@ -65,6 +65,24 @@ def open_newest(folder: Path) -> tuple[Path, Checkpoint]:
 _UNRECORDED = {"algorithm_version": "1", "compile": "off"}
 
 
+def run_fingerprint(algorithm: Any, problem: Any, data: str, store: Any, compiled: str
+                    ) -> dict[str, str]:
+    """What :func:`check_fingerprint` compares, as text for the checkpoint: the
+    algorithm's name, kind and shown fields (its options and fixed constants; the derived
+    members are ``repr=False``), the version of its update rule, the problem, the data
+    (``data``: minibatch, rows, chains), the sample store's settings and how the steps run
+    (``compiled``)."""
+    hyper = {name: repr(value) for name, value in algorithm.record().items()}
+    found = {"hyperparameters": json.dumps(hyper, sort_keys=True),
+             "algorithm_version": str(algorithm.VERSION), "problem": repr(problem),
+             "data": data}
+    if store is not None:
+        found["samples"] = (f"burnin={store.burnin}, thin={store.thin}, "
+                            f"max_samples={store.max_samples}")
+    found["compile"] = compiled
+    return found
+
+
 def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path,
                       method: str, changed: tuple[str, ...] = (),
                       fix: str = "resume with the run's own configuration") -> None:

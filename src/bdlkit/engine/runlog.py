@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,22 @@ def truncate_log(path: str | os.PathLike, step: int) -> None:
 def append_log(path: str | os.PathLike, entry: dict[str, Any]) -> None:
     with Path(path).open("a") as f:
         f.write(json.dumps(entry) + "\n")
+
+
+def log_entry(info: dict[str, Any], t: int, total: int, elapsed: float, before: int,
+              log_every: int, eval_every: int | None,
+              evaluate: Callable[[], dict[str, float]]) -> dict[str, float] | None:
+    """The log entry after step ``t`` when one of steps ``before + 1 .. t`` (a chunk) is
+    due to be logged or evaluated (``evaluate()``: the held-out metrics), else None."""
+    due_eval = due(eval_every, before, t) or (eval_every is not None and t == total)
+    if not (due(log_every, before, t) or t == total or due_eval):
+        return None
+    entry: dict[str, float] = {"step": t, **{k: scalar(v) for k, v in info.items()
+                                              if v is not None}}
+    if due_eval:
+        entry.update({f"eval/{k}": float(v) for k, v in evaluate().items()})
+    entry["time_s"] = round(elapsed, 3)
+    return entry
 
 
 def due(every: int | None, before: int, t: int) -> bool:

@@ -24,7 +24,6 @@ writer's, and the ranks decide together when to checkpoint or stop.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -58,6 +57,7 @@ from bdlkit.engine.checkpoint import (
     set_global_rng_state,
 )
 from bdlkit.engine.collect import SampleStore, default_store
+from bdlkit.engine.collect.defaults import store_options
 from bdlkit.engine.compiled import CompiledSteps, chunk_size, positions
 from bdlkit.engine.result import Result
 from bdlkit.engine.resume import (
@@ -68,8 +68,9 @@ from bdlkit.engine.resume import (
     nan_message,
     newest_sane,
     open_newest,
+    run_fingerprint,
 )
-from bdlkit.engine.runlog import append_log, due, postfix, read_log, scalar, truncate_log
+from bdlkit.engine.runlog import append_log, due, log_entry, postfix, read_log, truncate_log
 from bdlkit.engine.signals import Interrupted, deferred_stop
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.full_gaussian import FullGaussianParams
@@ -186,7 +187,7 @@ class Runner:
         self.batches = Batches(self.problem, data, rows, rng.fold_in(seed, DATA_SEED_SALT),
                                (topology.data_rank, ranks))
         if algorithm.full_batch:  # HMC, NUTS: exact gradients
-            rows = self._full_batch(rows)
+            rows = self.batches.use_every_row(algorithm.name, rows)
         self.batch_size, self.minibatch_rows = -(-rows // ranks), rows
         self.store = store
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -221,20 +222,6 @@ class Runner:
                                        **self._store_settings, **store_options(self.algorithm))
         if self.checkpoint_every is None and self._checkpoints_per_run:
             self.checkpoint_every = max(1, total // self._checkpoints_per_run)
-
-    def _full_batch(self, batch_size: int) -> int:
-        rows = self.batches.num_rows
-        if self.batches.loader is not None and self.batches.per_epoch != 1:
-            raise ValueError(
-                f"{self.algorithm.name} needs full-batch gradients but the DataLoader yields "
-                f"{self.batches.per_epoch} batches per epoch; pass the data as a Dataset or "
-                "(x, y) tensors, or a DataLoader with one batch"
-            )
-        if rows is not None and rows != batch_size:
-            self.batches = Batches(self.problem, self.data, rows, self.batches.seed,
-                                   self.batches.shard)
-            return rows
-        return batch_size
 
     # ------------------------------------------------------------------ public
     def num_steps(self, steps: int | None = None, epochs: int | None = None) -> int:
@@ -279,26 +266,12 @@ class Runner:
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
         self._changed = dict(changed or {})
-        self._announced = not (self.topology.data_parallel and self.writes)
-        if self.topology.data_parallel:
-            self.problem.shard_over(self.topology)
-        try:
+        self._start_signal = replicas.StartSignal(self.topology, self.problem)
+        with self._start_signal.while_fitting():
             if self.run_dir is None or not self.writes:  # the writer alone locks and writes
                 return self._fit(resume, config)
             with run_lock(self.run_dir, f"fitting {self.algorithm.name}"):
                 return self._fit(resume, config)
-        except BaseException:
-            if not self._announced:  # refused before its replicas could start: stop them
-                self._announce_start(-1)
-            raise
-        finally:
-            if self.topology.data_parallel:  # the model's oracle is its own again
-                self.problem.shard_over(SINGLE)
-
-    def _announce_start(self, step: int) -> None:
-        """The writer tells its replicas the step the run starts from (-1: it cannot)."""
-        self._announced = True
-        replicas.announce_start(self.topology, self.problem, step)
 
     def _fit(self, resume: bool, config: dict[str, Any] | None) -> Result:
         total = self.total
@@ -312,8 +285,7 @@ class Runner:
             truncate_log(log, start)
         method = self.algorithm.name
         self.callbacks.start(start, total, history, method)
-        if not self._announced:  # the replicas start with the writer (resume: its step)
-            self._announce_start(start)
+        self._start_signal.send(start)  # the replicas start with the writer (its step)
         bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
                    dynamic_ncols=True)
         clock = time.perf_counter()
@@ -338,8 +310,9 @@ class Runner:
                 snapshot = state if t == watch else snapshot
                 if sampler and self.writes:
                     self._offer(state, draws, before, t)
-                entry = self._log_entry(state, info, t, total,
-                                        elapsed + time.perf_counter() - clock, before)
+                entry = log_entry(info, t, total, elapsed + time.perf_counter() - clock,
+                                  before, self.log_every, self.eval_every,
+                                  lambda s=state: self.eval_fn(self.algorithm.params(s)))
                 failed = None
                 if entry is not None:
                     history.append(entry)
@@ -398,22 +371,14 @@ class Runner:
         derived members are ``repr=False``), the version of its update rule
         (``VERSION``), the problem, the batch size, the chains and the sample store's
         burn-in, thinning and cap."""
-        algorithm = self.algorithm
-        hyper = {name: repr(value) for name, value in algorithm.record().items()}
-        found = {"hyperparameters": json.dumps(hyper, sort_keys=True),
-                 "algorithm_version": str(algorithm.VERSION),
-                 "problem": repr(self.problem),
-                 # the step's minibatch over all data-parallel ranks: the same run read
-                 # back in one process (bdlkit evaluate) has the same fingerprint
-                 "data": f"batch_size={self.minibatch_rows}, rows={self.batches.num_rows}, "
-                         f"chains={self.chains}"}
-        if self.store is not None:
-            found["samples"] = (f"burnin={self.store.burnin}, thin={self.store.thin}, "
-                                f"max_samples={self.store.max_samples}")
+        # the step's minibatch over all data-parallel ranks: the same run read back in one
+        # process (bdlkit evaluate) has the same fingerprint
+        data = (f"batch_size={self.minibatch_rows}, rows={self.batches.num_rows}, "
+                f"chains={self.chains}")
         # a compiled run draws its normals a chunk at a time (bdlkit.engine.compiled)
-        found["compile"] = (f"chunks of {chunk_size(isinstance(self.problem, Target))}"
-                            if self.compile else "off")
-        return found
+        compiled = (f"chunks of {chunk_size(isinstance(self.problem, Target))}"
+                    if self.compile else "off")
+        return run_fingerprint(self.algorithm, self.problem, data, self.store, compiled)
 
     def check_checkpoint(self, meta: dict[str, Any], path: Path,
                          changed: dict[str, int] | None = None,
@@ -488,25 +453,6 @@ class Runner:
             if self.algorithm.keep(s):
                 self.store.offer(s, self.algorithm.params(state) if draws is None else draws[s])
 
-    def _log_entry(
-        self, state: Any, info: dict[str, Any], t: int, total: int, elapsed: float,
-        before: int | None = None,
-    ) -> dict[str, float] | None:
-        """The log entry after step ``t`` when one of steps ``before + 1 .. t`` (a chunk;
-        default: just ``t``) is due to be logged or evaluated, else None."""
-        before = t - 1 if before is None else before
-        evaluate = due(self.eval_every, before, t) or (self.eval_every is not None
-                                                         and t == total)
-        if not (due(self.log_every, before, t) or t == total or evaluate):
-            return None
-        entry: dict[str, float] = {"step": t, **{k: scalar(v) for k, v in info.items()
-                                                  if v is not None}}
-        if evaluate:
-            metrics = self.eval_fn(self.algorithm.params(state))
-            entry.update({f"eval/{k}": float(v) for k, v in metrics.items()})
-        entry["time_s"] = round(elapsed, 3)
-        return entry
-
     def _check_finite(self, value: Tensor | None, t: int, what: str) -> None:
         if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
             raise NonFiniteError(self._nan_message(what, t))
@@ -545,10 +491,4 @@ class Runner:
         self.last_checkpoint = save_checkpoint(folder, ckpt, protect=protect)
         if self.store is not None:
             self.store.collect_garbage(keep=listed_files(folder))
-
-
-def store_options(algorithm: Algorithm) -> dict[str, Any]:
-    """What an algorithm tells :func:`default_store`: whether it chooses its own draws
-    (``chooses_draws``, with ``keep``) and how long it adapts itself (``warmup_steps``)."""
-    return {"gated": algorithm.chooses_draws, "warmup": int(algorithm.warmup_steps)}
 

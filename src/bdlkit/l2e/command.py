@@ -7,7 +7,7 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
-from bdlkit.core import distributed
+from bdlkit.core import distributed, meta_run
 from bdlkit.l2e.kinetic import NOISE_MODES
 from bdlkit.l2e.meta_train import MetaTrainConfig, meta_train
 from bdlkit.l2e.tasks import available_families
@@ -29,9 +29,7 @@ def add_parser(sub: Any, formatter: type) -> argparse.ArgumentParser:
         "on a distribution of small offline classification tasks (BMA meta-loss). Writes "
         "DIR/meta_params.safetensors (use with `bdlkit fit --method l2e --meta-params`), a "
         "checkpoint, history.json and meta_loss.png; rerunning with --out DIR resumes.")
-    p.add_argument("--out", required=True, metavar="DIR", help="run folder (resumed if present)")
-    p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
-                   help=f"wall-clock budget of this invocation (default {d.budget_minutes:g})")
+    meta_run.add_run_options(p, d.budget_minutes)
     p.add_argument("--outer-steps", type=int, default=d.outer_steps,
                    help="stop after this many outer steps in total")
     p.add_argument("--population", type=int, default=d.population,

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
+from bdlkit.core import meta_run
 from bdlkit.meta_sgmcmc.meta_train import MetaTrainConfig, meta_train
 
 EXAMPLES = """examples:
@@ -28,9 +29,7 @@ def add_parser(sub: Any, formatter: type) -> argparse.ArgumentParser:
         "sampler. Writes DIR/meta_params.safetensors (use with `bdlkit fit --method "
         "meta_sgmcmc --meta-params`), a checkpoint, history.json and meta_loss.png; "
         "rerunning with --out DIR resumes.")
-    p.add_argument("--out", required=True, metavar="DIR", help="run folder (resumed if present)")
-    p.add_argument("--budget-minutes", type=float, default=d.budget_minutes,
-                   help=f"wall-clock budget of this invocation (default {d.budget_minutes:g})")
+    meta_run.add_run_options(p, d.budget_minutes)
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help=f"outer epochs, one task each (default {d.epochs})")
     p.add_argument("--unrolls", type=int, default=d.unrolls,

@@ -57,7 +57,8 @@ from bdlkit.problems.priors import IsotropicGaussian
 from bdlkit.problems.select import parameter_selection, select_parameters
 from bdlkit.runs import likelihood_choice
 from bdlkit.runs import report as run_report
-from bdlkit.runs.config import RunConfig, load_yaml, resolved_hyper, save_yaml
+from bdlkit.runs.config import RunConfig, resolved_hyper
+from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 TASKS = ("classification", "regression", "forecasting")
 CHECKPOINTS_PER_RUN = 10  # the default cadence of a run directory

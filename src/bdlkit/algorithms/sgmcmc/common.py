@@ -23,8 +23,9 @@ import numbers
 
 import torch
 
+from bdlkit.core import rng
 from bdlkit.core.protocol import Problem
-from bdlkit.core.tree import TensorTree, randn_like, tree_map
+from bdlkit.core.tree import TensorTree, detach_clone, device_of, randn_like, tree_map
 
 
 class LearnedVersion:
@@ -38,6 +39,14 @@ class LearnedVersion:
         """Version 1 of the update, with the meta-parameters' digest — a checkpoint written
         with other meta-parameters (a re-trained file, another path) is not resumed."""
         return f"1+{self.meta_digest}"
+
+
+def chain_start(problem: Problem, params: TensorTree | None,
+                generator: torch.Generator) -> tuple[TensorTree, torch.Generator]:
+    """A chain's start: its own copy of ``params`` (default ``problem.init_params``) and the
+    generator of its noise, split from ``generator`` on the parameters' device."""
+    params = detach_clone(problem.init_params(generator) if params is None else params)
+    return params, rng.split(generator, device=device_of(params))
 
 
 def loss_gradient(problem: Problem, score: TensorTree) -> TensorTree:

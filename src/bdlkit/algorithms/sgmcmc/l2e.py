@@ -31,14 +31,13 @@ import torch
 from torch.func import vmap
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import LearnedVersion, loss_gradient
+from bdlkit.algorithms.sgmcmc.common import LearnedVersion, chain_start, loss_gradient
 from bdlkit.core import rng
 from bdlkit.core.meta_files import meta_digest as digest_of
 from bdlkit.core.meta_files import resolve as resolve_meta
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.tree import (
     TensorTree,
-    detach_clone,
     device_of,
     pytree_dataclass,
     randn_like,
@@ -133,10 +132,7 @@ class L2E(LearnedVersion, Sampler):
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> L2EState:
-        if params is None:
-            params = self.problem.init_params(generator)
-        params = detach_clone(params)
-        noise_gen = rng.split(generator, device=device_of(params))
+        params, noise_gen = chain_start(self.problem, params, generator)
         moments = tree_map(lambda p: p.new_zeros((len(DECAYS), *p.shape)), params)
         return L2EState(params=params, momentum=zeros_like(params), moments=moments,
                         rng_state=rng.state_of(noise_gen), step=0)

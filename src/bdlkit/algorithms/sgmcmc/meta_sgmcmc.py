@@ -35,7 +35,7 @@ from typing import ClassVar, Literal
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import LearnedVersion, loss_gradient
+from bdlkit.algorithms.sgmcmc.common import LearnedVersion, chain_start, loss_gradient
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.meta_files import meta_digest as digest_of
@@ -43,7 +43,6 @@ from bdlkit.core.meta_files import resolve as resolve_meta
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.tree import (
     TensorTree,
-    detach_clone,
     device_of,
     pytree_dataclass,
     randn_like,
@@ -131,10 +130,7 @@ class MetaSGMCMC(LearnedVersion, Sampler):
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> MetaSGMCMCState:
-        if params is None:
-            params = self.problem.init_params(generator)
-        params = detach_clone(params)
-        noise_gen = rng.split(generator, device=device_of(params))
+        params, noise_gen = chain_start(self.problem, params, generator)
         state = MetaSGMCMCState(params=params, momentum=zeros_like(params),
                                 rng_state=rng.state_of(noise_gen), step=0)
         if self.gamma == "autograd":

@@ -23,14 +23,19 @@ from dataclasses import dataclass
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, loss_gradient, noise_variance
+from bdlkit.algorithms.sgmcmc.common import (
+    add_noise,
+    chain_start,
+    check_rate,
+    loss_gradient,
+    noise_variance,
+)
 from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import Schedule, resolve
 from bdlkit.core.tree import (
     TensorTree,
-    detach_clone,
     device_of,
     pytree_dataclass,
     tree_map,
@@ -74,10 +79,7 @@ class PSGLD(FlatStorage, Sampler):
         object.__setattr__(self, "eps", float(self.eps))
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> PSGLDState:
-        if params is None:
-            params = self.problem.init_params(generator)
-        params = detach_clone(params)
-        noise_gen = rng.split(generator, device=device_of(params))
+        params, noise_gen = chain_start(self.problem, params, generator)
         return PSGLDState(params=params, square_avg=zeros_like(params),
                           rng_state=rng.state_of(noise_gen), step=0)
 

@@ -27,14 +27,19 @@ from dataclasses import dataclass
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, loss_gradient, noise_variance
+from bdlkit.algorithms.sgmcmc.common import (
+    add_noise,
+    chain_start,
+    check_rate,
+    loss_gradient,
+    noise_variance,
+)
 from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import Schedule, resolve
 from bdlkit.core.tree import (
     TensorTree,
-    detach_clone,
     device_of,
     pytree_dataclass,
     tree_leaves,
@@ -121,10 +126,7 @@ class SGHMC(FlatStorage, Sampler):
 
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> SGHMCState:
-        if params is None:
-            params = self.problem.init_params(generator)
-        params = detach_clone(params)
-        noise_gen = rng.split(generator, device=device_of(params))
+        params, noise_gen = chain_start(self.problem, params, generator)
         estimate = zeros_like(params) if self.noise_estimate else None
         return SGHMCState(
             params=params, momentum=None if self.alpha == 1 else zeros_like(params),

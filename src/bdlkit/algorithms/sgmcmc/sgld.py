@@ -20,12 +20,18 @@ from typing import ClassVar
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import add_noise, check_rate, descend, noise_variance
+from bdlkit.algorithms.sgmcmc.common import (
+    add_noise,
+    chain_start,
+    check_rate,
+    descend,
+    noise_variance,
+)
 from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
 from bdlkit.core.schedules import Schedule, resolve
-from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass
+from bdlkit.core.tree import TensorTree, device_of, pytree_dataclass
 
 KIND = "sampler"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 
@@ -58,10 +64,8 @@ class SGLD(FlatStorage, Sampler):
         check_rate("lr", self.lr)
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> SGLDState:
-        if params is None:
-            params = self.problem.init_params(generator)
-        noise_gen = rng.split(generator, device=device_of(params))
-        return SGLDState(params=detach_clone(params), rng_state=rng.state_of(noise_gen), step=0)
+        params, noise_gen = chain_start(self.problem, params, generator)
+        return SGLDState(params=params, rng_state=rng.state_of(noise_gen), step=0)
 
     def update(self, state: SGLDState, batch: Batch) -> tuple[SGLDState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 from bdlkit.core.errors import caller_stacklevel
 from bdlkit.engine.collect.disk import DiskStore
@@ -55,3 +56,10 @@ def default_store(
         return MemoryStore(burnin=burnin, thin=thin, max_samples=max_samples)
     return DiskStore(Path(run_dir) / "samples", burnin=burnin, thin=thin,
                      max_samples=max_samples, exist_ok=True)
+
+
+def store_options(algorithm: Any) -> dict[str, Any]:
+    """What an algorithm tells :func:`default_store`: whether it chooses its own draws
+    (``chooses_draws``, with ``keep``) and how long it adapts itself (``warmup_steps``)."""
+    return {"gated": algorithm.chooses_draws, "warmup": int(algorithm.warmup_steps)}
+
