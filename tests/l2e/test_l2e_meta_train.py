@@ -103,6 +103,41 @@ def test_cli_meta_train_runs(tmp_path, capsys):
     assert rc == 2
 
 
+def test_cli_meta_train_momentum_form_stores_its_constants(tmp_path, capsys):
+    out = tmp_path / "momentum"
+    rc = cli.main(["meta-train", "l2e", "--out", str(out), "--outer-steps", "1",
+                   "--families", "teacher-mlp", "--inner-steps", "12", "--sample-window", "6",
+                   "--num-samples", "3", "--population", "2", "--batch-size", "32",
+                   "--kinetic-form", "momentum", "--grad-scale", "num_data",
+                   "--noise-mode", "paper", "--friction", "10"])
+    assert rc == 0, capsys.readouterr().err
+    c = load_meta_params(out / "meta_params.safetensors").constants
+    assert (c.kinetic_form, c.grad_scale, c.noise_mode, c.friction) == (
+        "momentum", "num_data", "paper", 10.0)
+    assert json.loads((out / "history.json").read_text())[0]["meta_loss"] is not None
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["meta-train", "l2e", "--out", str(tmp_path / "x"), "--grad-scale", "all"])
+    assert exit_info.value.code == 2 and "num_data" in capsys.readouterr().err
+
+
+def test_momentum_unroll_uses_each_tasks_n():
+    """grad_scale "num_data" is resolved per task: the loss is finite and differs from a
+    fixed scale's."""
+    from dataclasses import replace
+
+    base = MetaTrainConfig(**TINY)
+    like = init_meta_params(torch.Generator().manual_seed(0))
+    phi = flatten_meta(like).expand(2, -1).clone()
+    task = sample_task(3, base.families)
+    losses = {}
+    for scale in ("num_data", 50_000.0):
+        cfg = replace(base, constants=replace(base.constants, kinetic_form="momentum",
+                                              grad_scale=scale, noise_mode="paper"))
+        losses[scale] = unroll_losses(phi, like, task, cfg, seed=7)
+    assert torch.isfinite(losses["num_data"]).all()
+    assert not torch.equal(losses["num_data"], losses[50_000.0])
+
+
 def test_task_distribution_is_deterministic_and_offline():
     fams = available_families()
     assert "teacher-mlp" in fams and "mnist-cnn" in fams

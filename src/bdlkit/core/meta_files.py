@@ -135,14 +135,18 @@ def read_constants(metadata: dict[str, object], cls: type) -> Any:
         if f.name not in raw:
             continue
         value = raw[f.name]
-        is_str = f.type in ("str", str)
+        kinds = str(getattr(f.type, "__name__", f.type))  # "str", "float" or "float | str"
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (isinstance(value, str) if is_str else number):
+        if not ((isinstance(value, str) and "str" in kinds)
+                or (number and kinds != "str")):
             raise TypeError(f"its constant {f.name!r} must be "
-                            f"{'a string' if is_str else 'a number'}, got {value!r}")
+                            f"{'a string' if kinds == 'str' else 'a number'}, got {value!r}")
         values[f.name] = value
     constants = cls(**values)  # the class's own range checks, on the values present
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in values]
+    # constants added after a format: older files meant the default
+    later = getattr(cls, "ADDED_LATER", ())
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.name not in values and f.name not in later]
     if missing:
         raise ValueError(f"its constants lack {missing}")
     return constants

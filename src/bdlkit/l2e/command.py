@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from bdlkit.core import distributed, meta_run
-from bdlkit.l2e.kinetic import NOISE_MODES
+from bdlkit.l2e.kinetic import KINETIC_FORMS, NOISE_MODES, NUM_DATA
 from bdlkit.l2e.meta_train import MetaTrainConfig, meta_train
 from bdlkit.l2e.tasks import available_families
 
@@ -52,23 +52,39 @@ def add_parser(sub: Any, formatter: type) -> argparse.ArgumentParser:
                    help="comma-separated task families (default: all available)")
     c = d.constants
     p.add_argument("--eps", type=float, default=c.eps, help="sampler step epsilon")
-    p.add_argument("--grad-scale", type=float, default=c.grad_scale,
-                   help="gradient scale in the momentum update (code: 50000)")
+    p.add_argument("--grad-scale", type=_grad_scale, default=c.grad_scale,
+                   help="gradient scale in the momentum update: a number (code: 50000) or "
+                   "num_data (each task's N: temperature 1 with paper noise)")
+    p.add_argument("--friction", type=float, default=c.friction, help="friction C")
     p.add_argument("--precond-mult", type=float, default=c.precond_mult)
     p.add_argument("--exp-mult", type=float, default=c.exp_mult)
     p.add_argument("--noise-mode", choices=NOISE_MODES, default=c.noise_mode)
     p.add_argument("--noise-mult", type=float, default=c.noise_mult)
+    p.add_argument("--kinetic-form", choices=KINETIC_FORMS, default=c.kinetic_form,
+                   help="free: beta is the MLP output (the paper); momentum: beta = s*r with a "
+                   "learned s > 0, alpha = 0 (a kinetic energy, docs/l2e.md)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--data-root", default=None, help="data root (MNIST for the CNN tasks)")
     p.add_argument("--overwrite", action="store_true", help="start afresh in an existing DIR")
     return p
 
 
+def _grad_scale(text: str) -> float | str:
+    if text == NUM_DATA:
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or {NUM_DATA}, got {text!r}") from None
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     d = MetaTrainConfig()
     constants = replace(d.constants, eps=args.eps, grad_scale=args.grad_scale,
+                        friction=args.friction,
                         precond_mult=args.precond_mult, exp_mult=args.exp_mult,
-                        noise_mode=args.noise_mode, noise_mult=args.noise_mult)
+                        noise_mode=args.noise_mode, noise_mult=args.noise_mult,
+                        kinetic_form=args.kinetic_form)
     cfg = MetaTrainConfig(
         seed=args.seed, population=args.population, sigma=args.sigma, lr=args.lr,
         grad_clip=args.grad_clip, reset_adam_each_step=args.reset_adam_each_step,

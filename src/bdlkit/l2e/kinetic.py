@@ -21,18 +21,34 @@ Per step, with g the minibatch gradient of the per-datum loss (``bdlkit.algorith
 
 With α = 0 and β(θ, r) = r (:class:`IdentityKinetic`), ``"paper"`` noise and
 grad_scale = N this is SGHMC with lr = ε²·N and friction ε·C (``docs/sgmcmc.md``).
+
+Two kinetic forms (``Constants.kinetic_form``, ``docs/l2e.md``, What the form guarantees):
+
+* ``"free"`` (the paper's and the released code's): α and β are the MLP's two free
+  outputs. Nothing makes β a gradient of a kinetic energy in r: the features are normalised,
+  so β is of order ``precond_mult`` whatever the size of r, and a learned β that ignores r
+  turns the sampler into an optimiser (the injected noise lives in r only).
+* ``"momentum"`` (:class:`MomentumKinetic`): β = s ⊙ r with s = precond_mult·softplus(out₁)/ln 2
+  > 0 computed from the two slowest rolling means only (every other feature column zeroed,
+  r's among them), α = 0. That is K(θ, r) = ½·Σ s_i r_i², a learned diagonal mass; with s
+  constant, paper noise and grad_scale = N the update is preconditioned SGHMC, whose
+  stationary law is the posterior (up to the step size). s varies slowly with the rolling
+  means and the ∇_θ K term is dropped, as pSGLD drops its Γ term: a bias of the order of
+  the variation of s, not a collapse.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 from torch import Tensor
+from torch.nn import functional as F
 
 from bdlkit.models.cnn import haiku_truncated_normal_
 
@@ -42,6 +58,9 @@ NUM_FEATURES = len(FEATURES)  # 9
 HIDDEN = 32
 NORM_EPS = 1e-5
 NOISE_MODES = ("code", "paper")
+KINETIC_FORMS = ("free", "momentum")
+#: ``grad_scale`` value that means "the problem's N" (resolved by :meth:`Constants.for_data`)
+NUM_DATA = "num_data"
 META_KEYS = ("w0", "b0", "w1", "b1", "w2", "b2")
 
 MetaParams = dict[str, Tensor]
@@ -52,19 +71,27 @@ Leaves = list[Tensor]
 class Constants:
     """The fixed constants of the update (defaults: the released meta-training config,
     ``docs/l2e.md``, Constants). ``grad_scale`` multiplies g in the momentum update (the code's
-    hard-coded N = 50 000) and ``eps`` is the step ε = sqrt(step_mult/50 000), step_mult 0.5;
-    ``docs/l2e.md`` (Implementation notes) keeps them separate. ``friction`` is C."""
+    hard-coded N = 50 000; ``"num_data"``: the problem's own N, which with paper noise puts the
+    SGHMC limit at temperature 1) and ``eps`` is the step ε = sqrt(step_mult/50 000),
+    step_mult 0.5; ``docs/l2e.md`` (Implementation notes) keeps them separate. ``friction``
+    is C; ``kinetic_form`` is ``"free"`` or ``"momentum"`` (module docstring)."""
 
     eps: float = math.sqrt(0.5 / 50_000)
-    grad_scale: float = 50_000.0
+    grad_scale: float | str = 50_000.0
     friction: float = 0.1
     exp_mult: float = 1e-3
     precond_mult: float = 1e-3
     noise_mode: str = "code"
     noise_mult: float = 1e-3
+    kinetic_form: str = "free"
+    #: constants that files written before them lack (they meant the default)
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("kinetic_form",)
 
     def __post_init__(self) -> None:
-        for name in ("eps", "grad_scale", "exp_mult", "precond_mult"):
+        names = ("eps", "exp_mult", "precond_mult")
+        if self.grad_scale != NUM_DATA:
+            names += ("grad_scale",)
+        for name in names:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"L2E {name} must be a finite number > 0, got {value!r}")
@@ -75,6 +102,15 @@ class Constants:
         if self.noise_mode not in NOISE_MODES:
             raise ValueError(f"L2E noise_mode must be one of {NOISE_MODES}, "
                              f"got {self.noise_mode!r}")
+        if self.kinetic_form not in KINETIC_FORMS:
+            raise ValueError(f"L2E kinetic_form must be one of {KINETIC_FORMS}, "
+                             f"got {self.kinetic_form!r}")
+
+    def for_data(self, num_data: int) -> Constants:
+        """These constants with ``grad_scale = "num_data"`` resolved to ``num_data``."""
+        if self.grad_scale != NUM_DATA:
+            return self
+        return dataclasses.replace(self, grad_scale=float(num_data))
 
     def noise_variance(self, temperature: float = 1.0) -> float:
         """Per-coordinate variance of the momentum noise: 2·C·noise_mult ("code") or
@@ -194,6 +230,43 @@ class LearnedKinetic:
                 _split(self.precond_mult * out[:, 1], params))
 
 
+#: The only features the mass s of the "momentum" form sees, rolling means slower than the
+#: oscillations of the chain. A mass that follows θ, r or g within an oscillation pumps
+#: energy into it (parametric resonance, dH/dt = ½·r²·ds/dt without the ∇_θ K force). On a
+#: 2-D Gaussian the chain's energy grew without bound with all features.
+SLOW_FEATURES: tuple[str, ...] = ("m_0.999", "m_0.9999")
+
+
+@functools.lru_cache(maxsize=16)
+def _slow_mask(dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.tensor([f in SLOW_FEATURES for f in FEATURES], dtype=dtype, device=device)
+
+
+@dataclass(frozen=True)
+class MomentumKinetic(LearnedKinetic):
+    """The constrained form: α = 0, β = s ⊙ r with s = precond_mult·softplus(out₁)/ln 2 from
+    the slow features only (so s does not depend on r and β = ∇_r ½·Σ s r²)."""
+
+    def scale(self, grad: Leaves, params: Leaves, moments: Leaves) -> Leaves:
+        """s > 0 per coordinate (1 for out₁ = 0, precond_mult = 1), from the slow features
+        only (:data:`SLOW_FEATURES`; the others are zeroed)."""
+        # any tensor can fill the r column: the mask zeroes it with every fast feature
+        x = features(grad, params, params, moments) * _slow_mask(grad[0].dtype, grad[0].device)
+        out = mlp(self.on(x), x)
+        return _split(self.precond_mult / math.log(2.0) * F.softplus(out[:, 1]), params)
+
+    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
+                 moments: Leaves) -> tuple[Leaves, Leaves]:
+        s = self.scale(grad, params, moments)
+        return [torch.zeros_like(p) for p in params], [k * r for k, r in zip(s, momentum)]
+
+
+def learned_kinetic(meta: MetaParams, constants: Constants) -> LearnedKinetic:
+    """The kinetic energy of ``constants.kinetic_form`` with these meta-parameters."""
+    cls = MomentumKinetic if constants.kinetic_form == "momentum" else LearnedKinetic
+    return cls(meta, constants.exp_mult, constants.precond_mult)
+
+
 class IdentityKinetic:
     """α = 0, β(θ, r) = r: the standard kinetic energy ½·rᵀr, which makes the update SGHMC."""
 
@@ -206,19 +279,26 @@ class IdentityKinetic:
 def l2e_update(kinetic: Kinetic, constants: Constants, params: Leaves, momentum: Leaves,
                moments: Leaves, grad: Leaves, noise: Leaves, temperature: float = 1.0
                ) -> tuple[Leaves, Leaves, Leaves]:
-    """One L2E step (module docstring, items 1-5). ``noise`` holds ξ ~ N(0, I) per leaf.
+    """One L2E step (module docstring, items 1-5). ``noise`` holds ξ ~ N(0, I) per leaf;
+    ``constants.grad_scale`` must be a number (:meth:`Constants.for_data`).
     Returns (θ_{t+1}, r_{t+1}, moments_{t+1})."""
     c = constants
     moments = update_moments(moments, grad)
-    alpha, beta = kinetic(grad, params, momentum, moments)
     sd = math.sqrt(c.noise_variance(temperature))
-    momentum = [r - c.eps * (c.grad_scale * g + a + c.friction * b) + sd * z
-                for r, g, a, b, z in zip(momentum, grad, alpha, beta, noise)]
-    _, beta_new = kinetic(grad, params, momentum, moments)
+    if isinstance(kinetic, MomentumKinetic):  # s does not depend on r: one MLP pass
+        s = kinetic.scale(grad, params, moments)
+        momentum = [r - c.eps * (c.grad_scale * g + c.friction * k * r) + sd * z
+                    for r, g, k, z in zip(momentum, grad, s, noise)]
+        beta_new = [k * r for k, r in zip(s, momentum)]
+    else:
+        alpha, beta = kinetic(grad, params, momentum, moments)
+        momentum = [r - c.eps * (c.grad_scale * g + a + c.friction * b) + sd * z
+                    for r, g, a, b, z in zip(momentum, grad, alpha, beta, noise)]
+        _, beta_new = kinetic(grad, params, momentum, moments)
     params = [p + c.eps * b for p, b in zip(params, beta_new)]
     return params, momentum, moments
 
 
-__all__ = ["DECAYS", "FEATURES", "Constants", "IdentityKinetic", "Kinetic", "LearnedKinetic",
-           "MetaParams", "check_meta_params", "features", "init_meta_params", "l2e_update",
-           "leaf_features", "mlp", "num_meta_params", "update_moments"]
+__all__ = ["DECAYS", "FEATURES", "KINETIC_FORMS", "NUM_DATA", "Constants", "IdentityKinetic",
+           "Kinetic", "LearnedKinetic", "MetaParams", "MomentumKinetic", "check_meta_params",
+           "features", "init_meta_params", "l2e_update", "learned_kinetic", "leaf_features", "mlp", "num_meta_params", "update_moments"]

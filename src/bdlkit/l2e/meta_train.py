@@ -34,6 +34,12 @@ on 2 CPU cores (both are options and are stored with the meta-parameters):
   MLP up (the released run took ~2 000 outer steps, 6 GPU hours). With 1 the first
   sampler already takes Adam-sized steps (~1e-3) and ES learns their direction and size.
   Only the product precond_mult·out₁ matters, so the sampler family is the same.
+
+The sampler's constants are options too and are stored with the meta-parameters; among them
+``kinetic_form="momentum"`` (β = s·r with a learned mass, ``bdlkit.l2e.kinetic``) and
+``grad_scale="num_data"`` (each task's own N). ``docs/l2e.md`` (Does it sample?) compares the
+variants: with the free form and the BMA meta-loss of short unrolls, ES learns a β that
+ignores the momentum, i.e. an optimiser.
 """
 
 from __future__ import annotations
@@ -61,7 +67,13 @@ from bdlkit.core.serialization import (
     save_json,
 )
 from bdlkit.l2e import es
-from bdlkit.l2e.kinetic import META_KEYS, Constants, LearnedKinetic, MetaParams, init_meta_params
+from bdlkit.l2e.kinetic import (
+    META_KEYS,
+    Constants,
+    MetaParams,
+    init_meta_params,
+    learned_kinetic,
+)
 from bdlkit.l2e.kinetic import l2e_update as _update
 from bdlkit.l2e.pretrained import save_meta_params
 from bdlkit.l2e.tasks import Task, available_families, sample_task
@@ -140,7 +152,8 @@ def unroll_losses(points: Tensor, like: MetaParams, task: Task, cfg: MetaTrainCo
     or of the pairs ``part`` of them only (a process's share of the population): the
     random numbers of every pair are drawn all the same, so a pair's loss does not depend
     on which process evaluates it."""
-    pairs, c, n = points.shape[0] // 2, cfg.constants, task.num_data
+    pairs, n = points.shape[0] // 2, task.num_data
+    c = cfg.constants.for_data(n)
     rows = slice(2 * (part.start or 0), 2 * (pairs if part.stop is None else part.stop))
     metas = unflatten_meta(points[rows], like)
     module, names = task.module, [k for k, _ in task.module.named_parameters()]
@@ -163,7 +176,7 @@ def unroll_losses(points: Tensor, like: MetaParams, task: Task, cfg: MetaTrainCo
              mm: dict[str, Tensor], z: dict[str, Tensor], x: Tensor, y: Tensor
              ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
         g = grad(loss)(th, x, y)
-        kinetic = LearnedKinetic(meta, c.exp_mult, c.precond_mult)
+        kinetic = learned_kinetic(meta, c)
         return _update(kinetic, c, [th[k] for k in names], [rr[k] for k in names],
                        [mm[k] for k in names], [g[k] for k in names], [z[k] for k in names])
 

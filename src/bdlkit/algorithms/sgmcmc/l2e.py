@@ -52,8 +52,8 @@ from bdlkit.l2e.kinetic import (
     Constants,
     IdentityKinetic,
     Kinetic,
-    LearnedKinetic,
     l2e_update,
+    learned_kinetic,
 )
 from bdlkit.l2e.pretrained import Pretrained, load_meta_params, load_pretrained
 from bdlkit.problems import Target
@@ -83,23 +83,28 @@ class L2E(LearnedVersion, Sampler):
             l2e`` file, or a :class:`~bdlkit.l2e.Pretrained`.
         kinetic: "learned" (the meta-learned MLP) or "identity" (α = 0, β = r: SGHMC).
         eps: the step ε of the update.
-        grad_scale: the factor of g in the momentum update (the training code's N).
+        grad_scale: the factor of g in the momentum update (the training code's N;
+            ``"num_data"``: the problem's N).
         friction: the friction C >= 0.
         noise_mode: "code" (noise variance 2·C·noise_mult, the released code) or "paper"
             (2·C·ε, eq. 18), times the temperature.
         noise_mult: the noise multiplier of ``noise_mode="code"``.
         exp_mult: the multiplier of the MLP's α output.
         precond_mult: the multiplier of the MLP's β output.
+        kinetic_form: "free" (β is the MLP's output) or "momentum" (β = s·r, s > 0 learned,
+            α = 0: ``bdlkit.l2e.kinetic``); a property of the meta-parameters, stored with
+            them: override it only to study it.
     """
 
     problem: Problem
     meta_params: str | Pretrained = field(default="pretrained", repr=False, compare=False)
     kinetic: Literal["learned", "identity"] = "learned"
     eps: float | None = None
-    grad_scale: float | None = None
+    grad_scale: float | Literal["num_data"] | None = None
     friction: float | None = None
     noise_mode: Literal["code", "paper"] | None = None
     noise_mult: float | None = None
+    kinetic_form: Literal["free", "momentum"] | None = None
     exp_mult: float | None = None
     precond_mult: float | None = None
     name: str = "l2e"
@@ -122,12 +127,11 @@ class L2E(LearnedVersion, Sampler):
         constants = replace(base, **{k: v for k, v in given.items() if v is not None})
         for k in CONSTANTS:
             object.__setattr__(self, k, getattr(constants, k))
-        object.__setattr__(self, "constants", constants)
+        object.__setattr__(self, "constants", constants.for_data(self.problem.num_data))
         if pre is None:
             object.__setattr__(self, "kinetic_fn", IdentityKinetic())
             return
-        object.__setattr__(self, "kinetic_fn", LearnedKinetic(
-            pre.meta, constants.exp_mult, constants.precond_mult))
+        object.__setattr__(self, "kinetic_fn", learned_kinetic(pre.meta, constants))
         object.__setattr__(self, "meta_digest", digest_of(pre.meta, constants))
 
     def init(self, params: TensorTree | None = None, *,
