@@ -206,9 +206,13 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
         else:
             assert 0 <= r["ood_auroc"] <= 1 and set(r["corruptions"]) == {"1", "5"}
         if r["method"] == "ensemble":
-            assert "ess_per_s" not in r
+            assert "ess_per_s" not in r and "div_tv" not in r
         else:
             assert r["ess_per_s"] > 0 and r["rhat_coords"] > 0
+            assert 0 <= r["div_tv"] <= 1 and 0 <= r["div_disagreement"] <= 1
+    hmc = rows[0]  # the reference's own chains' diversity, per chain
+    assert 0 < hmc["div_tv"] <= 1 and "div_tv_std" in hmc
+    assert "within-chain TV" in (tmp_path / "results.md").read_text()
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["claims"]) == {"a_agreement_with_hmc", "b_ess_per_second_ratio",
                                       "c_step_time_ratio", "d_ess_ordering"}

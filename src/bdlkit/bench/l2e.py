@@ -36,7 +36,10 @@ its ratio to sghmc's on the same task; ESS per second after ``docs/metrics.md`` 
 chain, the TFP single-chain ESS of every weight coordinate of the kept draws, summed over
 coordinates, divided by the run's wall time), the same per coordinate divided by the number
 of draws, and a function-space ESS/s (mean over probe test points of the ESS of the
-true-class probability); layer-wise R-hat (``docs/metrics.md``, R-hat, item 3,
+true-class probability); within-chain diversity on the same probe points (mean pairwise
+disagreement and total variation between the draws of one chain,
+:func:`bdlkit.metrics.within_chain_diversity`; the HMC reference's chains get theirs too,
+the scale of exploration a sampler should reach); layer-wise R-hat (``docs/metrics.md``, R-hat, item 3,
 :func:`~bdlkit.diagnostics.layerwise_rhat` on the draws stacked (chains, draws, *shape)):
 its mean and fraction below 1.1 over all coordinates. An ensemble has no chain: ESS and
 R-hat are "n/a". ``results.json`` holds the rows, the claims (:func:`compute_claims`), the
@@ -76,7 +79,13 @@ from torch import Tensor
 from bdlkit import data as data_module
 from bdlkit import metrics
 from bdlkit.bench import l2e_report
-from bdlkit.bench.common import cached_reference, machine_info, warm_up, write_results
+from bdlkit.bench.common import (
+    cached_reference,
+    machine_info,
+    mean_std,
+    warm_up,
+    write_results,
+)
 from bdlkit.bench.l2e_report import add_step_ratios, compute_claims, summarize_chains
 from bdlkit.core.draws import KeptDraws
 from bdlkit.data.corruptions import CORRUPTIONS, corrupt_dataset
@@ -241,7 +250,8 @@ def _reference(task: Task, base: dict[str, Any], ds: Any, runs: Path,
            ref.manifest["chains"], "draws": ref.manifest["draws_per_chain"],
            **{k: float(values[k]) for k in ("accuracy", "nll", "ece")},
            "agreement": 1.0, "total_variation": 0.0,
-           "train_s": float(sum(ref.manifest["chain_seconds"]))}
+           "train_s": float(sum(ref.manifest["chain_seconds"])),
+           **reference_diversity(runs / "reference", task.probe_points)}
     return row, probs, note
 
 
@@ -325,7 +335,25 @@ def score_chain(task: Task, output: run_module.RunOutput, ds: Any,
         preds = draw_predictions(result, ds.x_test[:n])
         out["fn_ess_per_s"] = float(ess_per_second(
             float(function_ess(preds, ds.y_test[:n]).nanmean()), out["train_s"]))
+        out.update(diversity(preds))
     return out
+
+
+def diversity(preds: Tensor) -> dict[str, float]:
+    """Within-chain diversity (:func:`bdlkit.metrics.within_chain_diversity`) of one chain's
+    draw predictions ``(draws, n, K)``, as the row keys ``div_disagreement``/``div_tv``."""
+    values = metrics.within_chain_diversity(preds)
+    return {"div_disagreement": values["disagreement"], "div_tv": values["tv"]}
+
+
+def reference_diversity(folder: Path, probe_points: int) -> dict[str, float]:
+    """The HMC reference chains' within-chain diversity on the first ``probe_points`` test
+    points: mean (and ``_std``) over its chains."""
+    from bdlkit.runs.reference import chain_predictions
+
+    per_chain = [diversity(chain_predictions(d)[0][:, :probe_points])
+                 for d in sorted((folder / "chains").iterdir()) if d.is_dir()]
+    return mean_std(per_chain, ("div_disagreement", "div_tv"))
 
 
 def _mean_cells(cells: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -25,7 +25,12 @@ from bdlkit.metrics.ood import (
     ood_metrics,
     predictive_entropy,
 )
-from bdlkit.metrics.reference import agreement, load_reference, total_variation
+from bdlkit.metrics.reference import (
+    agreement,
+    load_reference,
+    total_variation,
+    within_chain_diversity,
+)
 from bdlkit.metrics.regression import coverage, gaussian_nll, mae, regression_metrics, rmse
 
 __all__ = [
@@ -33,6 +38,7 @@ __all__ = [
     "auroc_aupr",
     "coverage",
     "load_reference",
+    "within_chain_diversity",
     "mae",
     "max_prob_score",
     "ood_metrics",

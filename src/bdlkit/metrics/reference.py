@@ -7,6 +7,10 @@ Definitions of the NeurIPS 2021 BDL competition (Izmailov et al. 2021)::
 
 Rows must be aligned by test index (the caller's job; ``docs/metrics.md`` on a permuted subset).
 Two lines each, so written here rather than pulled from a library.
+
+:func:`within_chain_diversity` applies the same two measures *between the draws of one
+chain* (mean over pairs of draws): how much a sampler explores in function space, 0 for a
+chain that stands still (``docs/metrics.md``, Within-chain diversity).
 """
 
 from __future__ import annotations
@@ -46,6 +50,28 @@ def total_variation(probs: Tensor, ref: Tensor) -> float:
     _check(probs, ref)
     diff = probs.double() - ref.to(probs.device).double()
     return float(0.5 * diff.abs().sum(-1).mean())
+
+
+def within_chain_diversity(draw_probs: Tensor) -> dict[str, float]:
+    """Mean pairwise disagreement and total variation between the S >= 2 draws of one chain.
+
+    ``draw_probs`` is ``(S, n, K)``: each draw's predictive probabilities on n inputs. For
+    every input and every pair of distinct draws i < j, disagreement is
+    ``1[argmax p_i ≠ argmax p_j]`` and TV ``½ Σ_c |p_i − p_j|``; both are averaged over pairs
+    and inputs. Returns ``{"disagreement": ..., "tv": ...}``."""
+    if draw_probs.ndim != 3 or draw_probs.shape[0] < 2:
+        raise ValueError(f"draw_probs must be (S, n, K) with S >= 2 draws of one chain, got "
+                         f"{tuple(draw_probs.shape)}")
+    p = draw_probs.double()
+    if not torch.isfinite(p).all():
+        raise ValueError("draw probabilities contain NaN or inf")
+    s = p.shape[0]
+    pairs = s * (s - 1)
+    counts = torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).sum(0).double()  # (n, K)
+    same = (counts * (counts - 1)).sum(-1) / pairs  # ordered pairs with the same top class
+    per_point = p.transpose(0, 1)  # (n, S, K)
+    l1 = torch.cdist(per_point, per_point, p=1).sum((-1, -2)) / pairs  # diagonal is 0
+    return {"disagreement": float(1.0 - same.mean()), "tv": float(0.5 * l1.mean())}
 
 
 def load_reference(path: str | os.PathLike) -> Tensor:
