@@ -341,8 +341,9 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     command = "bdlkit " + " ".join(argv)
     rows = tuple(r for r in (args.rows or "").split(",") if r)
     settings = tuple(r for r in (args.settings or "").split(",") if r)
+    meta = tuple(m for m in (args.meta_params or "").split(",") if m)
     bench.run_suite(args.suite, args.out, quick=args.quick, seed=args.seed, command=command,
-                    rows=rows, reuse=args.reuse, settings=settings)
+                    rows=rows, reuse=args.reuse, settings=settings, meta_params=meta)
     print((Path(args.out) / "results.md").read_text())
     return 0
 
@@ -425,6 +426,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     p.add_argument("--settings", metavar="S,T", help="... on just these settings ...")
     p.add_argument("--reuse", metavar="DIR", help="... and take the other rows from the "
                    "results.json in DIR (same plan)")
+    p.add_argument("--meta-params", metavar="F,G", help="l2e-sampling: also measure these "
+                   "L2E meta-parameter files (`bdlkit meta-train l2e` output)")
     p = sub.add_parser("meta-train", formatter_class=_FORMATTER,
                        help="meta-train a learned sampler (L2E or Meta-SGMCMC)",
                        description="Meta-train a learned sampler's networks on bdlkit's "

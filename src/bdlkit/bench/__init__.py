@@ -24,6 +24,7 @@ from bdlkit.bench import (
     hmc_agreement,
     l2e,
     l2e_precision,
+    l2e_sampling,
     posteriordb,
     runner_overhead,
     score_vi_study,
@@ -45,6 +46,7 @@ SUITES: dict[str, Suite] = {
     "hmc-agreement": hmc_agreement.run,
     "l2e": l2e.run,
     "l2e-precision": l2e_precision.run,
+    "l2e-sampling": l2e_sampling.run,
     "bnn-lowdata": bnn_lowdata.run,
     "flow-stability": flow_stability.run,
     "timeseries": timeseries.run,
@@ -62,6 +64,7 @@ DESCRIPTIONS: dict[str, str] = {
     "hmc-agreement": hmc_agreement.DESCRIPTION,
     "l2e": l2e.DESCRIPTION,
     "l2e-precision": l2e_precision.DESCRIPTION,
+    "l2e-sampling": l2e_sampling.DESCRIPTION,
     "bnn-lowdata": bnn_lowdata.DESCRIPTION,
     "flow-stability": flow_stability.DESCRIPTION,
     "timeseries": timeseries.DESCRIPTION,
@@ -86,14 +89,24 @@ METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS),
 
 def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: int = 0,
               command: str | None = None, echo: bool = True, rows: tuple[str, ...] = (),
-              reuse: str | os.PathLike | None = None, settings: tuple[str, ...] = ()
-              ) -> list[dict[str, Any]]:
+              reuse: str | os.PathLike | None = None, settings: tuple[str, ...] = (),
+              meta_params: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Run suite ``name`` into ``out``; returns its rows (also written as JSON and Markdown).
 
     ``rows``/``settings``/``reuse`` (suites in :data:`ROW_SUITES`): run only these rows on
     these settings and take every other record from the results in ``reuse``; ``rows``
-    alone (suites in :data:`METHOD_SUITES`): run only these rows."""
+    alone (suites in :data:`METHOD_SUITES`): run only these rows. ``meta_params``
+    (``l2e-sampling`` only): L2E meta-parameter files to measure beside the shipped set."""
     suite = get_suite(name)
+    if meta_params:
+        if name != "l2e-sampling" or rows or reuse or settings:
+            raise ValueError("--meta-params is an option of the l2e-sampling suite alone")
+        missing = [m for m in meta_params if not Path(m).is_file()]
+        if missing:
+            raise ValueError(f"--meta-params: no such file {', '.join(missing)}; give files "
+                             "written by `bdlkit meta-train l2e` (DIR/meta_params.safetensors)")
+        return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
+                     meta_params=tuple(meta_params))
     if not (rows or reuse or settings):
         return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo)
     if name in METHOD_SUITES and rows and not (reuse or settings):
