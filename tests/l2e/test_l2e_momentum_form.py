@@ -110,3 +110,17 @@ def test_momentum_constants_round_trip_and_old_files_mean_free(tmp_path):
     old = tmp_path / "old.safetensors"
     save_tensors(old, tensors, metadata={**metadata, "constants": json.dumps(raw)})
     assert load_meta_params(old).constants.kinetic_form == "free"
+
+
+def test_files_digests_and_run_options_written_before_kinetic_form_still_match():
+    """kinetic_form at its default ("free") is left out of what files, digests and
+    meta-training options record: the shipped set's digest is the one it had before the
+    option existed, and an interrupted run's checkpoint still resumes."""
+    from bdlkit.algorithms.sgmcmc import l2e
+    from bdlkit.bench.l2e_sampling import gaussian_target
+    from bdlkit.l2e.meta_train import MetaTrainConfig
+
+    assert l2e.build(gaussian_target()).meta_digest == "6516c16d07dc9d30"  # as in 078262c
+    assert "kinetic_form" not in MetaTrainConfig().to_dict()["constants"]
+    momentum = MetaTrainConfig(constants=K.Constants(kinetic_form="momentum"))
+    assert momentum.to_dict()["constants"]["kinetic_form"] == "momentum"

@@ -72,6 +72,8 @@ def candidates(meta_params: tuple[str, ...] = ()) -> list[Candidate]:
     out: list[Candidate] = []
     for name, path in [("shipped", None),
                        *((Path(p).parent.name or Path(p).stem, p) for p in meta_params)]:
+        if any(c.name == name for c in out):  # two files in same-named folders
+            name = f"{name}-{len(out)}"
         pre = load_pretrained() if path is None else load_meta_params(path)
         constants = {k: v for k, v in pre.constants.to_dict().items()
                      if k in ("eps", "grad_scale", "friction", "noise_mode", "noise_mult")}
@@ -206,6 +208,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         echo: bool = True, meta_params: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every candidate on every problem (module docstring); returns the rows."""
     start = time.perf_counter()
+    chosen = candidates(meta_params)  # a bad file fails here, before any work
     prepare_bench_out(out)
     warm_up()
     digits_task = l2e_bench.tasks(quick)[0]
@@ -216,7 +219,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     ref_row, ref_probs, ref_note = l2e_bench._reference(digits_task, base, ds, runs, seed)
     rows: list[dict[str, Any]] = [{"candidate": "hmc (digits reference)",
                                    **_digits_values(ref_row)}]
-    for cand in candidates(meta_params):
+    for cand in chosen:
         row: dict[str, Any] = {"candidate": cand.name}
         row.update(_candidate_values(cand, digits_task, base, ds, ref_probs, runs, seed))
         failed = [k for k, v in row.items() if isinstance(v, dict) and "error" in v]
@@ -227,8 +230,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             print(f"  {row}", flush=True)
     settings = {"quick": quick, "seed": seed, "gauss_steps": GAUSS_STEPS,
                 "blr_sizes": list(BLR_SIZES), "digits": digits_task.describe(),
-                "reference": ref_note, "candidates": [c.__dict__ for c in
-                                                      candidates(meta_params)],
+                "reference": ref_note, "candidates": [c.__dict__ for c in chosen],
                 "wall_s": time.perf_counter() - start}
     write(out, rows, settings, quick, command)
     return rows

@@ -58,7 +58,7 @@ def save_meta_file(fmt: MetaFormat, path: str | os.PathLike, meta: dict[str, Ten
     """Atomically write ``meta`` and ``constants`` (and string-able ``info``)."""
     fmt.check(meta)
     metadata = {"format": fmt.tag,
-                "constants": json.dumps(dataclasses.asdict(constants), sort_keys=True)}
+                "constants": json.dumps(constants_dict(constants), sort_keys=True)}
     for k, v in (info or {}).items():
         metadata[str(k)] = v if isinstance(v, str) else json.dumps(v)
     save_tensors(path, {k: meta[k] for k in fmt.keys}, metadata=metadata)
@@ -168,14 +168,26 @@ def unflatten(vec: Tensor, shapes: dict[str, tuple[int, ...]]) -> dict[str, Tens
     return out
 
 
+def constants_dict(constants: Any) -> dict[str, Any]:
+    """``constants`` as the dict files, digests and run options record: every field, except
+    one its class added later (``ADDED_LATER``) while it holds its default, so that a file,
+    digest or checkpoint written before the field existed still matches."""
+    out = dataclasses.asdict(constants)
+    defaults = {f.name: f.default for f in dataclasses.fields(constants)}
+    for name in getattr(type(constants), "ADDED_LATER", ()):
+        if out.get(name) == defaults.get(name):
+            del out[name]
+    return out
+
+
 def meta_digest(meta: dict[str, Tensor], constants: Any) -> str:
     """A 16-hex prefix of SHA-256 over the constants and the tensors (a sampler's VERSION
     suffix: a checkpoint written with other meta-parameters is not resumed)."""
-    h = hashlib.sha256(json.dumps(dataclasses.asdict(constants), sort_keys=True).encode())
+    h = hashlib.sha256(json.dumps(constants_dict(constants), sort_keys=True).encode())
     for k in sorted(meta):
         h.update(k.encode() + meta[k].detach().cpu().double().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
-__all__ = ["MetaFormat", "Pretrained", "flatten", "load_meta_file", "load_shipped",
-           "meta_digest", "read_constants", "resolve", "save_meta_file", "unflatten"]
+__all__ = ["MetaFormat", "Pretrained", "constants_dict", "flatten", "load_meta_file",
+           "load_shipped", "meta_digest", "read_constants", "resolve", "save_meta_file", "unflatten"]

@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
+from bdlkit.core.meta_files import constants_dict
 from bdlkit.core.plotting import new_figure, save_png
 from bdlkit.core.serialization import (
     CorruptFileError,
@@ -54,6 +55,7 @@ def options_dict(cfg: Any) -> dict[str, Any]:
     """A meta-training config as the JSON its run folder records (families as a list)."""
     d = dataclasses.asdict(cfg)
     d["families"] = list(cfg.families)
+    d["constants"] = constants_dict(cfg.constants)  # as a run before a new constant recorded it
     return d
 
 

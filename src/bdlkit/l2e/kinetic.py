@@ -119,7 +119,7 @@ class Constants:
         return 2.0 * self.friction * scale * float(temperature)
 
     def to_dict(self) -> dict[str, float | str]:
-        return asdict(self)
+        return asdict(self)  # every field (files and digests: core.meta_files.constants_dict)
 
 
 # --------------------------------------------------------------------------- the network

@@ -70,7 +70,8 @@ def within_chain_diversity(draw_probs: Tensor) -> dict[str, float]:
     counts = torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).sum(0).double()  # (n, K)
     same = (counts * (counts - 1)).sum(-1) / pairs  # ordered pairs with the same top class
     per_point = p.transpose(0, 1)  # (n, S, K)
-    l1 = torch.cdist(per_point, per_point, p=1).sum((-1, -2)) / pairs  # diagonal is 0
+    l1 = torch.cat([torch.cdist(c, c, p=1).sum((-1, -2))  # diagonal is 0; chunks bound memory
+                    for c in per_point.split(max(1, 2**22 // (s * s)))]) / pairs
     return {"disagreement": float(1.0 - same.mean()), "tv": float(0.5 * l1.mean())}
 
 
