@@ -86,7 +86,7 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
         probs = torch.full((len(ds.y_test), 10), 0.1)
         return {"div_tv": 0.25, "div_disagreement": 0.5, "agreement": 1.0}, probs, "fake"
 
-    monkeypatch.setattr(l2e_bench, "_reference", fake_reference)
+    monkeypatch.setattr(l2e_bench, "reference_row", fake_reference)
     rows = S.run(tmp_path, quick=True, echo=False)
     assert [r["candidate"] for r in rows] == ["hmc (digits reference)", "shipped", "broken"]
     assert rows[2]["status"].startswith("failed: gauss (ValueError: L2E friction")

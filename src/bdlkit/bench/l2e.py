@@ -198,13 +198,13 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         ds = run_module.load_dataset(RunConfig(method="sghmc", device=device, **base))
         extras: dict[str, Any] = {}
         if task.reference_chains:
-            ref_row, ref_probs, notes[task.name] = _reference(task, base, ds, runs, seed)
+            ref_row, ref_probs, notes[task.name] = reference_row(task, base, ds, runs, seed)
             rows.append(ref_row)
             extras["reference"] = ref_probs.to(ds.x_test.device)
         extras.update(_shifted_inputs(task, ds))
         task_rows = []
         for method, hyper in METHODS.items():
-            task_rows.append(_run_method(task, method, {**hyper, **task.hyper.get(method, {})},
+            task_rows.append(run_method(task, method, {**hyper, **task.hyper.get(method, {})},
                                          base, ds, extras, runs, seed, device))
             if echo:
                 print("  " + l2e_report.echo_line(task_rows[-1]), file=sys.stderr)
@@ -228,7 +228,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     return rows
 
 
-def _reference(task: Task, base: dict[str, Any], ds: Any, runs: Path,
+def reference_row(task: Task, base: dict[str, Any], ds: Any, runs: Path,
                seed: int) -> tuple[dict[str, Any], Tensor, str]:
     """Build or reuse the HMC reference exactly as ``hmc-agreement`` does (same options,
     same folder layout, so either suite reuses the other's reference in one ``DIR``)."""
@@ -271,7 +271,7 @@ def _shifted_inputs(task: Task, ds: Any) -> dict[str, Any]:
     return out
 
 
-def _run_method(task: Task, method: str, hyper: dict[str, Any], base: dict[str, Any],
+def run_method(task: Task, method: str, hyper: dict[str, Any], base: dict[str, Any],
                 ds: Any, extras: dict[str, Any], runs: Path, seed: int,
                 device: str) -> dict[str, Any]:
     """``CHAINS`` runs of ``method`` on ``task``, scored and summarised into one row."""

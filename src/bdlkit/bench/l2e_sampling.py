@@ -40,7 +40,7 @@ from bdlkit.algorithms.sgmcmc.common import loss_gradient
 from bdlkit.bench import l2e as l2e_bench
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.core.tree import tree_leaves
-from bdlkit.l2e.kinetic import MomentumKinetic, update_moments
+from bdlkit.l2e.kinetic import l2e_update
 from bdlkit.runs import directory as run_module
 from bdlkit.runs.config import RunConfig
 
@@ -137,22 +137,18 @@ def noise_sensitivity(alg: Any, state: Any, batch: Any, probes: int = 4,
     _, score = alg.problem.value_and_score(state.params, batch)
     grad = tree_leaves(loss_gradient(alg.problem, score))
     theta, r = tree_leaves(state.params), tree_leaves(state.momentum)
-    moments = update_moments(tree_leaves(state.moments), grad)
+    moments = tree_leaves(state.moments)
     if _stacked(alg, state):  # a Target's (1, d) chain stack: its one chain
         theta, r, grad = [t[0] for t in theta], [t[0] for t in r], [t[0] for t in grad]
         moments = [m[:, 0] for m in moments]
     kin = alg.kinetic_fn
-    alpha, beta = kin(grad, theta, r, moments)
     sd = math.sqrt(c.noise_variance(float(alg.problem.temperature)))
     gen = torch.Generator().manual_seed(seed)
     xi = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in theta]
-    r_new = [ri - c.eps * (c.grad_scale * g + a + c.friction * b) + sd * z
-             for ri, g, a, b, z in zip(r, grad, alpha, beta, xi)]
+    _, r_new, moments = l2e_update(kin, c, theta, r, moments, grad, xi,
+                                   float(alg.problem.temperature))
 
     def beta_at(*rr: Tensor) -> tuple[Tensor, ...]:
-        if isinstance(kin, MomentumKinetic):
-            s = kin.scale(grad, theta, moments)
-            return tuple(k * x for k, x in zip(s, rr))
         return tuple(kin(grad, theta, list(rr), moments)[1])
 
     step = torch.cat([b.reshape(-1) for b in beta_at(*r_new)]) * c.eps
@@ -190,10 +186,11 @@ def chain_sensitivity(problem: Any, options: dict[str, Any], batches: Any,
     return {k: sum(v[k] for v in values) / len(values) for k in values[0]}
 
 
-def digits_sensitivity(options: dict[str, Any], task: Any, seed: int = 0) -> dict[str, float]:
+def digits_sensitivity(options: dict[str, Any], task: Any, ds: Any,
+                       seed: int = 0) -> dict[str, float]:
+    """:func:`chain_sensitivity` on the digits task's model (``ds``: its data set)."""
     cfg = RunConfig(method="l2e", model=task.model, data=task.data,
                     model_kwargs=task.model_kwargs, seed=seed)
-    ds = run_module.load_dataset(cfg)
     model = run_module.build_problem(cfg, ds)
     gen = torch.Generator().manual_seed(seed)
     burnin = SENSITIVITY_BURNIN["digits"]
@@ -216,7 +213,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             "model_kwargs": digits_task.model_kwargs, "data_kwargs": {}}
     ds = run_module.load_dataset(RunConfig(method="sghmc", **base))
     runs = out / "runs"
-    ref_row, ref_probs, ref_note = l2e_bench._reference(digits_task, base, ds, runs, seed)
+    ref_row, ref_probs, ref_note = l2e_bench.reference_row(digits_task, base, ds, runs, seed)
     rows: list[dict[str, Any]] = [{"candidate": "hmc (digits reference)",
                                    **_digits_values(ref_row)}]
     for cand in chosen:
@@ -256,7 +253,7 @@ def _candidate_values(cand: Candidate, task: Any, base: dict[str, Any], ds: Any,
         **{f"blr{n}": (lambda n=n: blr_spread(opts, n, seed)) for n in BLR_SIZES},
         "sensitivity_gauss": lambda: chain_sensitivity(
             gaussian_target(), opts, lambda t: None, SENSITIVITY_BURNIN["gauss"], seed),
-        "sensitivity_digits": lambda: digits_sensitivity(opts, task, seed),
+        "sensitivity_digits": lambda: digits_sensitivity(opts, task, ds, seed),
         "digits": lambda: _digits_run(opts, task, base, ds, ref_probs, runs / cand.name, seed),
     }
     out: dict[str, Any] = {}
@@ -272,7 +269,7 @@ def _candidate_values(cand: Candidate, task: Any, base: dict[str, Any], ds: Any,
 def _digits_run(opts: dict[str, Any], task: Any, base: dict[str, Any], ds: Any,
                 ref_probs: Tensor, runs: Path, seed: int) -> dict[str, Any]:
     """``bench l2e``'s chains of ``l2e`` on the digits task; an error if every chain failed."""
-    row = l2e_bench._run_method(task, "l2e", dict(opts), base, ds, {"reference": ref_probs},
+    row = l2e_bench.run_method(task, "l2e", dict(opts), base, ds, {"reference": ref_probs},
                                 runs, seed, "cpu")
     if row["status"].startswith("error"):
         raise RuntimeError(row["status"])
