@@ -43,6 +43,7 @@ from bdlkit.runs.config import (
     ConfigValueError,
     RunConfig,
     check_keys,
+    checked_cli_value,
     method_hyperparameters,
     method_options,
 )
@@ -96,7 +97,8 @@ def _add_config_options(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) 
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = _field_type(f)
-        p.add_argument(flag, dest=f.name, type=kind and option_type(kind, f.name),
+        convert = _float_field(f.name) if kind == "float" else kind and option_type(kind, f.name)
+        p.add_argument(flag, dest=f.name, type=convert,
                        default=argparse.SUPPRESS,
                        metavar=f.name.upper() if kind != "json" else "JSON",
                        help=f.metadata.get("help", "").replace("%", "%%"))
@@ -148,6 +150,19 @@ def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"split R-hat of the test predictive: median {conv['median']:.4f}, max "
           f"{conv['max']:.4f}; reference: {args.out}")
     return 0
+
+
+def _float_field(name: str) -> Any:
+    """The argparse ``type`` of a float :class:`RunConfig` field: parsed and range-checked
+    as a config file's value is, a bad one an argparse error naming the allowed range."""
+    def convert(text: str) -> Any:
+        try:
+            return checked_cli_value(name, text)
+        except ConfigValueError as err:
+            raise argparse.ArgumentTypeError(err.problem) from None
+
+    convert.__name__ = "float"
+    return convert
 
 
 def _field_type(f: dataclasses.Field) -> str | None:

@@ -46,6 +46,12 @@ class Problem(Protocol):
 
     num_data: int
     temperature: float
+    kld: float  # the KL discount: the likelihood weighted by 1/kld (1: none)
+
+    @property
+    def effective_num_data(self) -> float:
+        """N / kld: what every per-datum scale divides by (``docs/conventions.md``)."""
+        ...
 
     def value_and_score(self, params: TensorTree, batch: Batch) -> tuple[Tensor, TensorTree]: ...
 
@@ -221,6 +227,9 @@ class Variational(AlgorithmBase):
     """A VI method: its draws are fresh draws of ``approximation(state)``."""
 
     kind: ClassVar[str] = "vi"
+    #: the options that make q₀ the Laplace approximation when bdlkit.infer starts VI on a
+    #: Target's standardised coordinates (unit curvature there), unless the user sets them
+    laplace_start: ClassVar[dict[str, Any]] = {"init_std": 1.0}
 
     def approximation(self, state: Any) -> Approximation:
         raise NotImplementedError

@@ -1,14 +1,17 @@
 """A Bayesian neural network posterior with a minibatch score oracle.
 
-The target density, with N training points, a minibatch B of size ``|B|`` and the
-temperature T (``docs/conventions.md``)::
+The target density, with N training points, a minibatch B of size ``|B|``, the
+temperature T and the KL discount ``kld`` (``docs/conventions.md``)::
 
-    log π_T(θ | D) = (1/T) [ Σ_{i=1}^N log p(y_i | x_i, θ) + log p(θ) ] + const
-    value(θ, B)    = (1/T) [ (N/|B|) Σ_{i∈B} log p(y_i | x_i, θ) + log p(θ) ]
-    score(θ, B)    = ∇_θ value(θ, B)
+    log π(θ | D)   = (1/T) [ (1/kld) Σ_{i=1}^N log p(y_i | x_i, θ) + log p(θ) ] + const
+    value(θ, B)    = (1/T) [ (N_eff/|B|) Σ_{i∈B} log p(y_i | x_i, θ) + log p(θ) ]
+    score(θ, B)    = ∇_θ value(θ, B),        N_eff = N / kld  (``effective_num_data``)
 
-``value`` and ``score`` are unbiased for the full-data quantities. Algorithms that
-want per-datum scales divide by N themselves.
+``value`` and ``score`` are unbiased for the full-data quantities. ``kld`` < 1 weights the
+likelihood by 1/kld and leaves the prior as it is (the KL discount of BayesDLL's VI loss
+mean NLL + kld·KL/N, whose optimum is the VI approximation of this density;
+``docs/vi.md``). Algorithms that want per-datum scales divide by N_eff themselves, so a
+step size means the same per datum with or without the discount.
 
 Parameters: only the selected (``bayesian=``) parameters and the likelihood's own
 parameters are random; they are passed around as a ``dict[str, Tensor]``. All other
@@ -61,6 +64,8 @@ class BayesianModel:
             ``mean="init"`` for pretrained weights).
         num_data: N, the number of training examples the likelihood is scaled to.
         temperature: T > 0; T < 1 gives a cold posterior.
+        kld: the KL discount in (0, 1]: the likelihood is weighted by 1/kld, the prior
+            is not (1e-3 is BayesDLL's MNIST protocol; default 1, the posterior itself).
         bayesian: which parameters are random (see :mod:`bdlkit.problems.select`).
         buffers: ``"frozen"`` or ``"batch_stats"`` (module docstring).
         oracle: ``"functional"`` (torch.func, default) or ``"module"`` (writes θ into
@@ -79,6 +84,7 @@ class BayesianModel:
         temperature: float = 1.0,
         bayesian: Selection = "all",
         *,
+        kld: float = 1.0,
         buffers: Literal["frozen", "batch_stats"] = "frozen",
         oracle: Literal["functional", "module"] = "functional",
         precision: str = "fp32",
@@ -89,6 +95,7 @@ class BayesianModel:
             raise ValueError(f"num_data must be a positive integer (N), got {num_data!r}")
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        check_kld(kld)
         if buffers not in ("frozen", "batch_stats"):
             raise ValueError(f"buffers must be 'frozen' or 'batch_stats', got {buffers!r}")
         if oracle not in ("functional", "module"):
@@ -98,6 +105,7 @@ class BayesianModel:
         self.prior = make_prior(prior)
         self.num_data = int(num_data)
         self.temperature = float(temperature)
+        self.kld = float(kld)
         self.buffers = buffers
         self.oracle = oracle
         self.reducer: ShardReducer | None = None  # data parallel: set by shard_over
@@ -143,6 +151,7 @@ class BayesianModel:
         return (
             f"BayesianModel({type(self.module).__name__}, likelihood={self.likelihood!r}, "
             f"prior={self.prior!r}, num_data={self.num_data}, temperature={self.temperature}, "
+            + (f"kld={self.kld:g}, " if self.kld != 1.0 else "") +
             f"bayesian={len(self.bayesian_names)} tensors / {self.num_params} values"
             + (f", precision={self.precision}" if self.precision != "fp32" else "") + ")"
         )
@@ -156,6 +165,12 @@ class BayesianModel:
         params.update({k: v.to(first.device) for k, v in
                        self.likelihood.init_params(first.dtype).items()})
         return params
+
+    @property
+    def effective_num_data(self) -> float:
+        """N_eff = N / kld: the number of examples the likelihood counts (module docstring);
+        every per-datum scale divides by it."""
+        return self.num_data / self.kld
 
     @property
     def num_params(self) -> int:
@@ -230,8 +245,8 @@ class BayesianModel:
         return self.prior.log_prob(params)
 
     def combine(self, sum_loglik: Tensor, batch_size: int, log_prior: Tensor) -> Tensor:
-        """The minibatch convention: ``(1/T)[(N/|B|)·Σ loglik + log prior]``."""
-        return (self.num_data / batch_size * sum_loglik + log_prior) / self.temperature
+        """The minibatch convention: ``(1/T)[(N_eff/|B|)·Σ loglik + log prior]``."""
+        return (self.effective_num_data / batch_size * sum_loglik + log_prior) / self.temperature
 
     def log_posterior(self, params: Params, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Unbiased minibatch estimate of ``log π_T(θ | D)`` (up to a constant)."""
@@ -332,6 +347,14 @@ class BayesianModel:
 #: the methods whose override rules out the flat oracle (it computes them itself)
 _DENSITY_METHODS = ("forward", "log_likelihood", "log_prior", "combine", "log_posterior",
                     "value_and_score")
+
+
+def check_kld(kld: Any) -> None:
+    """Refuse a KL discount outside (0, 1] with the option, the range and what it means."""
+    if isinstance(kld, bool) or not isinstance(kld, (int, float)) or not 0 < kld <= 1:
+        raise ValueError(f"kld must be a number in (0, 1] (the KL discount: the likelihood is "
+                         f"weighted by 1/kld; 1 is the posterior itself, 1e-3 BayesDLL's MNIST "
+                         f"setting), got {kld!r}")
 
 
 def _as_pair(data: Any) -> tuple[Any, Any]:

@@ -125,7 +125,7 @@ class FlatModuleOracle:
         finally:
             for p, original in zip(self.params, originals, strict=True):
                 p.data = original
-        n, t, batch_size = model.num_data, model.temperature, y.shape[0]
+        n, t, batch_size = model.effective_num_data, model.temperature, y.shape[0]
         log_prior, prior_score = model.prior.flat_log_prob_and_score(theta, self.mean)
         score = torch.cat([g.reshape(-1) for g in grads]).mul_(n / batch_size / t)
         score.add_(prior_score, alpha=1.0 / t)

@@ -71,6 +71,12 @@ class Target:
 
     num_data: int = 1
     temperature: float = 1.0
+    kld: float = 1.0  # no likelihood to discount: a Target is one log density
+
+    @property
+    def effective_num_data(self) -> float:
+        """N_eff = 1: a Target's per-datum scale is the density itself."""
+        return float(self.num_data)
 
     def __init__(
         self,

@@ -36,6 +36,13 @@ PRECISIONS = tuple(AUTOCAST_DTYPES)  # fp32, bf16, fp16: the network's forward p
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
 _INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
+#: options of the problem, not of a method: where they are set instead
+PROBLEM_OPTIONS = {
+    "kld": "BayesianModel(..., kld=...) or bdlkit fit --kld (every method reads it there)",
+    "temperature": "BayesianModel(..., temperature=...) or bdlkit fit --temperature",
+}
+#: float options with an upper bound: (bound, what the range means)
+_FLOAT_HIGH = {"kld": (1.0, "the likelihood is weighted by 1/kld; 1 is the posterior itself")}
 _SIMPLE_TYPES = {"int", "float", "bool", "str", "None", "Literal"}  # what YAML can spell
 
 
@@ -52,6 +59,9 @@ class RunConfig:
     batch_size: int = field(default=128, metadata={"help": "minibatch size"})
     prior_scale: float = field(default=1.0, metadata={"help": "std of the isotropic Gaussian prior"})
     temperature: float = field(default=1.0, metadata={"help": "posterior temperature T"})
+    kld: float = field(default=1.0, metadata={
+        "help": "KL discount in (0, 1]: the likelihood weighted by 1/kld, the prior not "
+                "(1e-3: BayesDLL's MNIST protocol; 1: the posterior)"})
     burnin: int | None = field(
         default=None, metadata={"help": "sampler steps discarded (default: half the run)"}
     )
@@ -203,6 +213,13 @@ def _check_precision(precision: str, dtype: str) -> None:
                                f"dtype {dtype} use precision fp32 (or dtype float32)")
 
 
+def checked_cli_value(name: str, text: str) -> Any:
+    """The command line's ``--name text`` for a :class:`RunConfig` field, parsed and checked
+    as a config file's value is (a bad one raises :class:`ConfigValueError`)."""
+    f = next(f for f in dataclasses.fields(RunConfig) if f.name == name)
+    return _checked_field(f, text)
+
+
 def _field_kind(f: dataclasses.Field) -> tuple[str, bool]:
     """``("int", True)`` for ``int | None``: the base type's name and whether None is allowed."""
     text = str(f.type)
@@ -218,7 +235,7 @@ def _checked_field(f: dataclasses.Field, value: Any) -> Any:
     if kind == "int":
         return _checked_int(f.name, value, _INT_LOW.get(f.name, 1))
     if kind == "float":
-        return _checked_positive(f.name, value)
+        return _checked_positive(f.name, value, high=_FLOAT_HIGH.get(f.name))
     if kind == "dict":
         return _checked_mapping(f.name, value)
     if kind == "list":
@@ -256,17 +273,22 @@ def _checked_int(name: str, value: Any, low: int) -> int:
     return int(value)
 
 
-def _checked_positive(name: str, value: Any) -> Any:
+def _checked_positive(name: str, value: Any, high: tuple[float, str] | None = None) -> Any:
+    """A finite number > 0 (and <= ``high[0]``, whose text ``high[1]`` says why)."""
+    allowed = f"in (0, {high[0]:g}] ({high[1]})" if high else "> 0 and finite"
     if isinstance(value, str):
-        value = parse_value(value, 0.0, name)
+        try:
+            value = parse_value(value, 0.0, name)
+        except ConfigValueError:
+            raise ConfigValueError(name, f"must be a number {allowed}, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigValueError(name, f"must be a number > 0, got {value!r}")
+        raise ConfigValueError(name, f"must be a number {allowed}, got {value!r}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond float's range
         number = math.inf
-    if not (math.isfinite(number) and number > 0):
-        raise ConfigValueError(name, f"must be > 0 and finite, got {value!r}")
+    if not (math.isfinite(number) and number > 0) or (high and not number <= high[0]):
+        raise ConfigValueError(name, f"must be {allowed}, got {value!r}")
     return value
 
 
@@ -409,6 +431,8 @@ def check_keys(values: dict[str, Any], valid: Any, where: str) -> None:
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
+            if key in PROBLEM_OPTIONS and "hyperparameters" in where:
+                hint = f"; {key} is the problem's: {PROBLEM_OPTIONS[key]}."
             raise InputError(
                 f"unknown key {key!r} in {where}{hint} Valid keys: {', '.join(valid)}"
             )

@@ -133,7 +133,7 @@ class Ensemble(EnsembleBase):
             score = stack([s for _, s in outs])
             info = {"log_prob": values.sum(), "log_prob_min": values.min(),
                     "log_prob_max": values.max()}
-        n = problem.num_data
+        n = problem.effective_num_data
         grads = tree_map(lambda s: s * (-1.0 / n), score)  # MAP's arithmetic, member by member
         params, opt_state = self._opt.apply(
             grads, state.opt_state, state.params, resolve(self.lr, state.step)

@@ -61,7 +61,7 @@ class MAP(FlatStorage, Optimizer):
 
     def update(self, state: MAPState, batch: Batch) -> tuple[MAPState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
-        n = self.problem.num_data
+        n = self.problem.effective_num_data
         grads = tree_map(lambda s: s * (-1.0 / n), score)
         params, opt_state = self._opt.apply(
             grads, state.opt_state, state.params, resolve(self.lr, state.step)

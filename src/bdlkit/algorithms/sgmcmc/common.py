@@ -51,7 +51,7 @@ def chain_start(problem: Problem, params: TensorTree | None,
 
 def loss_gradient(problem: Problem, score: TensorTree) -> TensorTree:
     """``g = −T·ŝ/N``: the per-datum untempered loss gradient from the problem's score."""
-    scale = -float(problem.temperature) / problem.num_data
+    scale = -float(problem.temperature) / problem.effective_num_data
     return tree_map(lambda s: scale * s, score)
 
 
@@ -75,7 +75,7 @@ def add_noise(tree: TensorTree, variance: float | TensorTree,
 
 def descend(params: TensorTree, score: TensorTree, lr: float, problem: Problem) -> TensorTree:
     """``θ − lr · g`` with ``g = −T·ŝ/N`` (:func:`loss_gradient`) in one fused operation."""
-    scale = lr * float(problem.temperature) / problem.num_data
+    scale = lr * float(problem.temperature) / problem.effective_num_data
     return tree_map(lambda p, s: torch.add(p, s, alpha=scale), params, score)
 
 

@@ -127,7 +127,7 @@ class L2E(LearnedVersion, Sampler):
         constants = replace(base, **{k: v for k, v in given.items() if v is not None})
         for k in CONSTANTS:
             object.__setattr__(self, k, getattr(constants, k))
-        object.__setattr__(self, "constants", constants.for_data(self.problem.num_data))
+        object.__setattr__(self, "constants", constants.for_data(self.problem.effective_num_data))
         if pre is None:
             object.__setattr__(self, "kinetic_fn", IdentityKinetic())
             return

@@ -121,7 +121,7 @@ class MetaSGMCMC(LearnedVersion, Sampler):
         constants = replace(pre.constants, **given)
         for k in names:
             object.__setattr__(self, k, getattr(constants, k))
-        scales = constants.scales(self.problem.num_data, self.eps)
+        scales = constants.scales(self.problem.effective_num_data, self.eps)
         object.__setattr__(self, "eps", scales.eps)
         object.__setattr__(self, "scales", scales)
         object.__setattr__(self, "constants", constants)
@@ -179,7 +179,8 @@ class MetaSGMCMC(LearnedVersion, Sampler):
             mom = dyn.momentum_terms(self.meta, c, self.scales, u, p, g)
         else:
             mom = dyn.momentum_terms_fd(self.meta, c, self.scales, u, p, g, memory)
-        p_new = dyn.momentum_update(p, self.problem.num_data * g, mom, self.eps, t, z)
+        p_new = dyn.momentum_update(p, self.problem.effective_num_data * g, mom, self.eps, t,
+                                    z)
         if memory is None:
             pos = dyn.position_terms(self.meta, c, u, p_new)
         else:
@@ -196,7 +197,7 @@ class MetaSGMCMC(LearnedVersion, Sampler):
         sampling but not for networks that read u: it is 16.5 on an MLP of 90 000 weights
         and N = 5 000, far outside what they were trained on. Per chain (c, 1) for a
         Target's (c, d) stack."""
-        t, n = float(self.problem.temperature), self.problem.num_data
+        t, n = float(self.problem.temperature), self.problem.effective_num_data
         if isinstance(self.problem, Target) and isinstance(params, torch.Tensor) \
                 and params.dim() == 2:
             with torch.no_grad():

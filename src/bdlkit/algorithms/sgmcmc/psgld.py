@@ -95,7 +95,8 @@ class PSGLD(FlatStorage, Sampler):
                            .reciprocal_(), square_avg)
         drift = tree_map(lambda p, g, c: torch.addcmul(p, c, g, value=-lr), state.params, grad,
                          precond)
-        unit = noise_variance(lr, 1.0, self.problem.temperature, self.problem.num_data)
+        unit = noise_variance(lr, 1.0, self.problem.temperature,
+                              self.problem.effective_num_data)
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
         params = add_noise(drift, tree_map(lambda c: unit * c, precond), gen)
         new = PSGLDState(params=params, square_avg=square_avg, rng_state=rng.state_of(gen),

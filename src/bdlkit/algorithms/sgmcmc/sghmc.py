@@ -143,7 +143,8 @@ class SGHMC(FlatStorage, Sampler):
         """One step at learning rate ``lr``; ``noise=False`` is the noise-free (optimiser)
         step of a cyclical schedule's exploration phase."""
         value, score = self.problem.value_and_score(state.params, batch)
-        var = noise_variance(lr, self.alpha, self.problem.temperature, self.problem.num_data)
+        var = noise_variance(lr, self.alpha, self.problem.temperature,
+                             self.problem.effective_num_data)
         mean = sq = None
         info: Info = {}
         if self.noise_estimate:
@@ -158,7 +159,7 @@ class SGHMC(FlatStorage, Sampler):
         if not noise:
             var = 0.0
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
-        scale = lr * self.problem.temperature / self.problem.num_data  # −lr·g = scale·ŝ
+        scale = lr * self.problem.temperature / self.problem.effective_num_data  # −lr·g = scale·ŝ
         params, momentum = scaled_momentum_step(state.params, state.momentum, score,
                                                 scale=scale, alpha=self.alpha, noise_var=var,
                                                 generator=gen)

@@ -72,7 +72,8 @@ class SGLD(FlatStorage, Sampler):
         lr = resolve(self.lr, state.step)
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
         drift = descend(state.params, score, lr, self.problem)
-        var = noise_variance(lr, 1.0, self.problem.temperature, self.problem.num_data)
+        var = noise_variance(lr, 1.0, self.problem.temperature,
+                             self.problem.effective_num_data)
         params = add_noise(drift, var, gen)
         new = SGLDState(params=params, rng_state=rng.state_of(gen), step=state.step + 1)
         return new, {"log_prob": value, "lr": lr}
