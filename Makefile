@@ -10,10 +10,11 @@ export BDLKIT_DATA ?= $(abspath ../shared/data)
 
 .PHONY: test test-slow lint docs demo install clean
 
-$(STAMP): pyproject.toml requirements/dev.lock
+$(STAMP): pyproject.toml requirements/dev.lock requirements/peers-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c requirements/dev.lock torch==2.13.0
 	$(PY) -m pip install --quiet -c requirements/dev.lock -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps -r requirements/peers-nodeps.txt
 	touch $(STAMP)
 
 install: $(STAMP)

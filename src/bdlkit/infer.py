@@ -119,8 +119,7 @@ def infer(
         raise ValueError(f"{method} fits one approximation: chains= is for samplers; drop it")
     run_hyper, start_at = hyper, _laplace_start(problem, algorithm, init, start)
     if start_at is not None:  # the same method on z, θ = θ̂ + s ⊙ z (module docstring)
-        if "init_std" in method_hyperparameters(method):
-            run_hyper = {"init_std": 1.0, **hyper}
+        run_hyper = {**algorithm.laplace_start, **hyper}  # q₀ = the Laplace approximation
         algorithm = module.build(laplace.standardized(problem, start_at), **run_hyper)
         init = torch.zeros(problem.dim, dtype=problem.dtype)
     if is_target and isinstance(init, Tensor):
@@ -152,7 +151,9 @@ def infer(
     result = runner.fit(config=config)
     if start_at is None:
         return result
-    return _on_theta(result, module.build(problem, **run_hyper), start_at)
+    # the same method on θ, with the run's length bound as the runner bound it on z
+    return _on_theta(result, module.build(problem, **run_hyper).for_run(runner.total),
+                     start_at)
 
 
 def _laplace_start(problem: Any, algorithm: Algorithm, init: Any,

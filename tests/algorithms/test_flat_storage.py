@@ -16,6 +16,7 @@ CASES = [
     ("map", {}), ("map", {"optimizer": "sgd"}), ("advi", {}), ("advi", {"stl": True}),
     ("advi", {"optimizer": "sgd", "num_samples": 2}), ("score_vi", {}),
     ("score_vi", {"loss": "mc", "num_samples": 2}), ("score_vi", {"inner_steps": 2}),
+    ("ivon", {}), ("ivon", {"mc_samples": 2, "clip_radius": 0.1}),
 ]
 
 

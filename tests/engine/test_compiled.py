@@ -70,6 +70,7 @@ def test_a_compiled_network_step_equals_the_eager_step(method, hyper):
 @pytest.mark.parametrize(("method", "hyper"), [
     ("sgld", {"lr": 0.05}), ("sghmc", {"lr": 0.05}), ("psgld", {"lr": 0.01}),
     ("map", {"lr": 0.05}), ("advi", {"lr": 0.05, "init_std": 0.5}),
+    ("ivon", {"lr": 0.1}),
 ])
 def test_a_compiled_target_chunk_equals_the_same_chunk_run_eagerly(method, hyper):
     """The whole chunk (log density, torch.func score, update) compiles as one graph and
@@ -82,6 +83,20 @@ def test_a_compiled_target_chunk_equals_the_same_chunk_run_eagerly(method, hyper
     assert runner.fallback is None and runner.compile_s > 0
     assert done.step == 8
     _assert_same(done, eager)
+
+
+@pytest.mark.parametrize("method", ["advi", "ivon"])
+def test_the_cosine_and_the_tail_average_compile_with_the_chunk(method):
+    """Bound to the run's length, a VI step decays its rate with the cosine and averages
+    the last half of its iterates as tensor operations on the chunk's step counter: the
+    compiled chunk equals the eager one, and the average holds the last 4 iterates."""
+    alg = get_method(method).build(GAUSSIAN, lr=0.05).for_run(8)
+    start = alg.init(None, generator=rng.generator(0))
+    done, runner = _chunks(alg, start, 8, whole_graph=True, size=4)
+    eager, _ = _chunks(alg, start, 8, whole_graph=True, size=4, compiler=EAGER)
+    assert runner.fallback is None
+    _assert_same(done, eager)
+    assert int(done.average.count) == 4
 
 
 def test_a_chunk_on_a_tape_of_single_draws_equals_eager_steps():

@@ -235,6 +235,7 @@ METHODS = {m.name: m for m in (
             "--thin", "1", "--max-samples", "150"), burnin=50),
     Method("score_vi", "bdlkit.algorithms.vi.score_vi", "ScoreVI", 60),
     Method("advi", "bdlkit.algorithms.vi.advi", "ADVI", 60),
+    Method("ivon", "bdlkit.algorithms.vi.ivon", "IVON", 60),
     Method("ensemble", "bdlkit.algorithms.point.ensemble", "Ensemble", 60,
            ("--members", "3")),
     Method("map", "bdlkit.algorithms.point.map", "MAP", 60),

@@ -20,7 +20,7 @@ from bdlkit.algorithms.options import undocumented
 from bdlkit.algorithms.point import ensemble
 from bdlkit.algorithms.point import map as map_
 from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, meta_sgmcmc, psgld, sghmc, sgld
-from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, score_vi
+from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, ivon, score_vi
 from bdlkit.core.errors import InputError
 from bdlkit.core.protocol import KINDS, AlgorithmBase, EnsembleBase, Variational
 
@@ -109,6 +109,7 @@ register("nuts", nuts,
 register("score_vi", score_vi,
          "proximal SG score-based VI, diagonal Gaussian (SSM-prox; Kim 2026)")
 register("advi", advi, "mean-field ADVI, reparameterised ELBO (Kucukelbir et al. 2017)")
+register("ivon", ivon, "IVON, variational online Newton with a Price curvature (Shen et al. 2024)")
 register("fisher_vi", fisher_vi,
          "reparameterised Fisher-divergence VI (needs Hessian-vector products)")
 register("gsm", gsm, "Gaussian score matching, full or diagonal covariance (Modi et al. 2023)")

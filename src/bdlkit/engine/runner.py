@@ -277,8 +277,6 @@ class Runner:
         total = self.total
         sampler = self.algorithm.collects_draws
         vi = isinstance(self.algorithm, Variational)
-        watch = vi_checks.snapshot_step(total) if vi and isinstance(self.problem, Target) else None
-        snapshot = None
         state, start, history, elapsed = self._start(total, resume)
         log = self.run_dir / "log.jsonl" if self.run_dir and self.writes else None
         if log is not None:
@@ -304,10 +302,7 @@ class Runner:
                 self._check_finite(info[LOG_PROB], t, info.get(NONFINITE, "the log density"))
                 if done > 1 and not self.algorithm.is_finite(new_state):  # a NaN stays NaN
                     raise NonFiniteError(self._nan_message("the parameters", t))
-                if watch is not None and before < watch < t:  # inside a chunk: its start
-                    snapshot, watch = state, before
                 state = new_state
-                snapshot = state if t == watch else snapshot
                 if sampler and self.writes:
                     self._offer(state, draws, before, t)
                 entry = log_entry(info, t, total, elapsed + time.perf_counter() - clock,
@@ -359,7 +354,7 @@ class Runner:
         }
         if vi and self.writes:
             vi_checks.warn_if_unfinished(self.algorithm, state, warm_start=self.warm_start,
-                                         snapshot=snapshot, snapshot_at=watch, total=total)
+                                         total=total)
         store = self.store if sampler else None
         result = Result(self.problem, self.algorithm, state, store, history, run_config)
         self.callbacks.end(result, total, self.last_checkpoint)

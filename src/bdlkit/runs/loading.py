@@ -90,6 +90,8 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
                 "bdlkit.core.serialization.state_from_tensors"
             )
         algorithm = get_method(config["method"]).build(problem, **config["hyper"])
+        if isinstance(config.get("steps"), int):  # the run's length, bound as the runner did
+            algorithm = algorithm.for_run(config["steps"])
         gen = rng.generator(0)
         chains = config.get("chains")
         init = problem.init_params(gen, chains) if chains else problem.init_params(gen)

@@ -38,6 +38,10 @@ def excess_kl(q, lam, m):
                         - diag.log().sum()))
 
 
+#: the closed form without momentum, schedule or averaging: each step the damped argmin
+RAW = {"momentum": 0.0, "schedule": "constant", "average": 0.0}
+
+
 def prox(problem, **kw):
     return score_vi.build(problem, solver="closed_form", **kw)
 
@@ -142,7 +146,8 @@ def test_centred_curvature_is_unbiased_and_blind_to_the_distance_from_the_mode(a
         for _ in range(4000):
             theta = draws(anchor, gen)
             s = target.value_and_score(theta, None)[1]
-            a_hats.append(closed_form.curvature(anchor, theta, s, "rb", antithetic)[0])
+            estimator = "pair" if antithetic else "centred"
+            a_hats.append(closed_form.curvature(anchor, theta, s, "rb", estimator)[0])
             raw.append(-((theta - anchor.mu) * s).mean(0) / 0.01)
         a_hats, raw = torch.stack(a_hats), torch.stack(raw)
         stats[far] = (a_hats.mean(0), a_hats.std(0), raw.std(0))
@@ -155,9 +160,11 @@ def test_centred_curvature_is_unbiased_and_blind_to_the_distance_from_the_mode(a
 
 def test_closed_form_reaches_the_mean_field_optimum_from_a_tiny_initial_sigma():
     """20-D correlated Gaussian (λ_max(D⁻¹Λ) = 2.2, so ω = 0.3 is stable), q₀ = N(0, 1e-12 I):
-    by step 200 the closed form (one antithetic pair per step) is within 0.25 nat of the
-    mean-field optimum (measured 0.10); ADVI with the same 2 draws per step, at its best lr
-    of {0.01, 0.03, 0.1, 0.3}, is still more than 1 nat away (measured 1.34, lr 0.1)."""
+    by step 200 the closed form (one antithetic pair per step; its curvature average starts
+    at hess_init = 1 whatever σ₀) is within 0.25 nat of the mean-field optimum (measured
+    0.16). On a 20-D diagonal Gaussian with sds 0.1 to 10 and means −2 to 2, from σ₀ = 1e-6
+    with 8 draws per step, it is within 2 nats after 300 steps (measured 0.023), where
+    ADVI, whose log σ moves about lr per step, is more than 100 nats away (measured 256)."""
     lam, m = correlated(d=20, scale=3.0)
     lam_max = torch.linalg.eigvals(lam / torch.diagonal(lam)[:, None]).real.max().item()
     assert 0.3 * lam_max < 2
@@ -165,12 +172,17 @@ def test_closed_form_reaches_the_mean_field_optimum_from_a_tiny_initial_sigma():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the guard must not need to act
         alg, state, info = run(prox(target, omega=0.3, init_std=1e-6), 200, start)
-    kl_prox = excess_kl(alg.approximation(state), lam, m)
-    best_advi = min(excess_kl(a.approximation(s), lam, m) for a, s, _ in (
-        run(advi.build(target, lr=lr, num_samples=2, init_std=1e-6), 200, start)
-        for lr in (0.01, 0.03, 0.1, 0.3)))
-    assert kl_prox < 0.25 and best_advi > 1.0
+    assert excess_kl(alg.approximation(state), lam, m) < 0.25
     assert info["precision_clipped"] == 0 and info["curvature_nonfinite"] == 0
+    sds = torch.logspace(-1, 1, 20, dtype=F64)
+    diag = gaussian_target(torch.diag(sds**-2), torch.linspace(-2, 2, 20, dtype=F64))
+    kl = {}
+    for method, kw in (("advi", {}), ("score_vi", {"solver": "closed_form"})):
+        res = bdlkit.infer(diag, method, steps=300, seed=0, start="init", init_std=1e-6,
+                           num_samples=8, **kw)
+        kl[method] = excess_kl(res.algorithm.approximation(res.state), torch.diag(sds**-2),
+                               torch.linspace(-2, 2, 20, dtype=F64))
+    assert kl["score_vi"] < 2.0 < 100.0 < kl["advi"]
 
 
 def test_closed_form_converges_when_the_stability_condition_holds():
@@ -193,7 +205,7 @@ def test_guard_catches_the_divergent_closed_form_and_recovers():
     target = gaussian_target(lam, torch.zeros(d, dtype=F64))
     with pytest.warns(UserWarning, match="halving omega"):
         alg, state, _ = run(prox(target, num_samples=10, omega=1.0, alpha_max=1.0,
-                                           warmup=0, init_std=1.0), 600,
+                                 warmup=0, init_std=1.0, **RAW), 600,
                             torch.full((d,), 3.0, dtype=F64))
     q = alg.approximation(state)
     assert torch.isfinite(q.mean).all() and q.mean.abs().max() < 0.3
@@ -207,7 +219,7 @@ def test_guard_gives_up_with_a_clear_error(monkeypatch):
         warnings.simplefilter("ignore")
         with pytest.raises(NonFiniteError, match="solver='gradient'"):
             run(prox(gaussian_target(lam, torch.zeros(d, dtype=F64)), num_samples=10,
-                               omega=1.0, alpha_max=1.0, warmup=0, init_std=1.0), 600,
+                     omega=1.0, alpha_max=1.0, warmup=0, init_std=1.0, **RAW), 600,
                 torch.full((d,), 3.0, dtype=F64))
 
 
@@ -280,7 +292,8 @@ def test_laplace_start_maps_the_closed_form_state_back_to_theta():
     for lam in (res.state.lam, res.state.opt_state.saved_cur, res.state.opt_state.saved_prev):
         assert ((lam.mu - m).abs() / torch.tensor([10.0, 1e-2], dtype=F64)).max() < 1.0
     a_bar = res.state.opt_state.curvature / res.state.opt_state.weight
-    assert torch.allclose(a_bar, torch.tensor([1e-2, 1e4], dtype=F64), rtol=0.5)
+    ratio = a_bar / torch.tensor([1e-2, 1e4], dtype=F64)  # noisy (β 0.9), but in θ units
+    assert ((ratio > 1 / 3) & (ratio < 3)).all(), ratio
 
 
 # ------------------------------------------------------------------ K > 1 (generic route)
@@ -305,12 +318,14 @@ def test_natural_preconditioning_makes_more_inner_steps_help():
 # ------------------------------------------------------------------ input and state
 @pytest.mark.parametrize("kw,match", [
     ({"omega": 0.0}, "omega"), ({"omega": 1.5}, "omega"), ({"num_samples": 0}, "num_samples"),
-    ({"num_samples": 1, "antithetic": False}, "num_samples >= 2"),
+    ({"num_samples": 1, "antithetic": False, "hess_init": "estimate"}, "Price estimate"),
+    ({"hess_init": 0.0}, "hess_init"), ({"hess_init": "first"}, "hess_init"),
+    ({"hess_init": "estimate", "curvature_update": "riemannian"}, "riemannian"),
+    ({"curvature_update": "quadratic"}, "curvature_update"), ({"momentum": 1.0}, "momentum"),
     ({"num_samples": 3}, "even"), ({"curvature_decay": 1.0}, "curvature_decay"),
     ({"curvature_decay": -0.1}, "curvature_decay"), ({"warmup": -1}, "warmup"),
     ({"inner_steps": 3}, "inner_steps"), ({"solver": "newton"}, "solver"),
-    ({"loss": "elbo"}, "loss"), ({"kld": 0.1}, "kld"), ({"precondition": "adam"},
-                                                         "precondition"),
+    ({"loss": "elbo"}, "loss"), ({"precondition": "adam"}, "precondition"),
 ])
 def test_bad_hyperparameters_fail_before_any_step(kw, match):
     target = gaussian_target(torch.eye(2, dtype=F64), torch.zeros(2, dtype=F64))
@@ -350,9 +365,10 @@ def test_closed_form_backs_off_on_non_finite_scores_and_then_stops_with_a_report
         warnings.simplefilter("ignore")
         with pytest.raises(NonFiniteError):
             bdlkit.infer(target, "score_vi", solver="closed_form", init_std=2.0, start="init",
-                         steps=50, seed=0)
+                         steps=50, seed=0, hess_init="estimate")
         result = bdlkit.infer(target, "score_vi", solver="closed_form", init_std=0.5,
-                              start="init", steps=50, seed=0)  # one rejection, recovered
+                              start="init", steps=50, seed=0,  # one rejection, recovered
+                              hess_init="estimate")
     rejected = [e for e in result.history if "rejected" in e]
     assert len(rejected) == 1 and "log_prob" not in rejected[0]
     assert all(math.isfinite(e["log_prob"]) for e in result.history if "rejected" not in e)

@@ -65,9 +65,10 @@ from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.algorithms.vi import common as vi
 from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi.flow_vi import FlowOptions
+from bdlkit.algorithms.vi.schedule import Annealing
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem
-from bdlkit.core.schedules import Schedule, resolve
+from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import TensorTree, device_of, tree_map
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 
@@ -77,7 +78,7 @@ ADVIState = vi.VIState
 
 
 @dataclass(frozen=True)
-class ADVI(FlatStorage, FlowOptions, vi.DiagGaussianVI):
+class ADVI(FlatStorage, FlowOptions, Annealing, vi.DiagGaussianVI):
     """Mean-field ADVI: ``λ ← λ + optimizer_update(−∇_λ ELBO / N)`` (module docstring).
 
     Args:
@@ -103,6 +104,7 @@ class ADVI(FlatStorage, FlowOptions, vi.DiagGaussianVI):
 
     def __post_init__(self) -> None:
         vi.setup(self)
+        self.check_annealing()
         if not isinstance(self.stl, bool):
             raise ValueError(f"stl must be True or False, got {self.stl!r}")
         self.setup_family(self.problem)
@@ -113,7 +115,7 @@ class ADVI(FlatStorage, FlowOptions, vi.DiagGaussianVI):
     ) -> ADVIState:
         if self._flow is not None:
             return self.flow_init(params, generator)
-        return vi.init_state(self.problem, self._opt, params, self.init_std, generator)
+        return vi.init_state(self, params, generator)
 
     def elbo_grad(
         self, lam: DiagGaussianParams, eps: TensorTree, batch: Batch
@@ -145,15 +147,15 @@ class ADVI(FlatStorage, FlowOptions, vi.DiagGaussianVI):
     def update(self, state: ADVIState, batch: Batch) -> tuple[ADVIState, Info]:
         if self._flow is not None:  # flow_vi's module docstring
             return flow_vi.elbo_step(self._flow, self._layout, self._opt,
-                                     resolve(self.lr, state.step), self.problem, state, batch,
+                                     self.rate(state.step), self.problem, state, batch,
                                      num_samples=self.num_samples, stl=self.stl)
         gen = rng.from_state(state.rng_state, device=device_of(state.lam.mu))
         eps = vi.draw_eps(state.lam, self.num_samples, gen)
         grad, value = self.elbo_grad(state.lam, eps, batch)
-        scale = -1.0 / self.problem.num_data  # minimise −ELBO/N
+        scale = -1.0 / self.problem.effective_num_data  # minimise −ELBO/N
         grads = tree_map(lambda g: g.mul_(scale), grad)  # fresh tensors of elbo_grad
-        new = vi.apply_grads(self._opt, state, grads, resolve(self.lr, state.step), gen)
-        return new, {"log_prob": value, "elbo": value + vi.entropy(state.lam)}
+        new = vi.apply_grads(self._opt, state, grads, self.rate(state.step), gen)
+        return self.advance_average(new), {"log_prob": value, "elbo": value + vi.entropy(state.lam)}
 
 
 build = builder(ADVI)

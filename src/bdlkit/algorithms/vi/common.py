@@ -45,12 +45,15 @@ from bdlkit.problems import Target
 
 @pytree_dataclass
 class VIState:
-    """λ of the current q, the optimiser state over λ, the noise generator state, the step."""
+    """λ of the current q, the optimiser state over λ, the noise generator state, the step,
+    and the running average of λ over the run's last part (None when the run does not
+    average: :mod:`bdlkit.algorithms.vi.schedule`)."""
 
     lam: DiagGaussianParams
     opt_state: Any  # AdamState | SGDState, shaped like lam
     rng_state: Tensor
     step: int
+    average: Any  # a schedule.RunningMean, or None
 
 
 class DiagGaussianVI(Variational):
@@ -117,16 +120,17 @@ def initial_lam(problem: Problem, params: TensorTree | DiagGaussianParams | None
 
 
 def init_state(
-    problem: Problem,
-    opt: SGD | Adam,
+    alg: Any,
     params: TensorTree | DiagGaussianParams | None,
-    init_std: float,
     generator: torch.Generator,
 ) -> VIState:
-    """The initial state: λ₀ from :func:`initial_lam`, the optimiser state, the noise."""
-    lam = initial_lam(problem, params, init_std, generator)
+    """The initial state of ``alg`` (an :class:`~.schedule.Annealing` method with
+    ``problem``, ``_opt`` and ``init_std``): λ₀ from :func:`initial_lam`, the optimiser
+    state, the noise, and the average's start."""
+    lam = initial_lam(alg.problem, params, alg.init_std, generator)
     noise = rng.split(generator, device=device_of(lam.mu))
-    return VIState(lam=lam, opt_state=opt.init(lam), rng_state=rng.state_of(noise), step=0)
+    return VIState(lam=lam, opt_state=alg._opt.init(lam), rng_state=rng.state_of(noise),
+                   step=0, average=alg.initial_average(lam))
 
 
 def draw_eps(lam: DiagGaussianParams, n: int, generator: torch.Generator) -> TensorTree:
@@ -140,14 +144,13 @@ def reparam(lam: DiagGaussianParams, eps: TensorTree) -> TensorTree:
 
 
 def minibatch_scores(
-    problem: Problem, thetas: TensorTree, batch: Batch, kld: float = 1.0
+    problem: Problem, thetas: TensorTree, batch: Batch
 ) -> tuple[Tensor, TensorTree]:
     """Mean value and stacked minibatch scores ŝ(θ_k) of the stacked draws ``thetas``.
 
     No graph is kept. A Target scores all rows in one call (its scores are per row); a
-    network takes one oracle call (forward + backward) per draw. ``kld`` < 1 inflates the
-    likelihood part by 1/kld (BayesDLL's KL discount, ``docs/vi.md``):
-    ŝ = ∇log p + (ŝ − ∇log p)/kld, with the prior's score from ``problem.log_prior``.
+    network takes one oracle call (forward + backward) per draw. The problem's own KL
+    discount (``BayesianModel(kld=...)``) is in its score already.
     """
     if isinstance(problem, Target):
         value, score = problem.value_and_score(thetas, batch)
@@ -156,9 +159,6 @@ def minibatch_scores(
     for k in range(num_draws(thetas)):
         theta = tree_map(lambda t, k=k: t[k], thetas)
         value, score = problem.value_and_score(theta, batch)
-        if kld != 1.0:
-            prior = torch.func.grad(lambda p: problem.log_prior(p) / problem.temperature)(theta)
-            score = tree_map(lambda s, p: p + (s - p) / kld, score, prior)
         values.append(value)
         scores.append(score)
     return torch.stack(values).mean(), stack(scores)
@@ -174,10 +174,11 @@ def apply_grads(
     opt: SGD | Adam, state: VIState, grads: DiagGaussianParams, lr: float,
     generator: torch.Generator,
 ) -> VIState:
-    """One optimiser step on λ (``grads`` of the loss to *minimise*); saves the generator."""
+    """One optimiser step on λ (``grads`` of the loss to *minimise*); saves the generator
+    (the average is the caller's to advance)."""
     lam, opt_state = opt.apply(grads, state.opt_state, state.lam, lr)
     return VIState(lam=lam, opt_state=opt_state, rng_state=rng.state_of(generator),
-                   step=state.step + 1)
+                   step=state.step + 1, average=state.average)
 
 
 __all__ = [

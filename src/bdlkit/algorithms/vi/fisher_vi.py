@@ -54,10 +54,11 @@ from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.vi import common as vi
+from bdlkit.algorithms.vi.schedule import Annealing
 from bdlkit.core import rng
 from bdlkit.core.errors import DefaultsWarning, NonFiniteError, caller_stacklevel
 from bdlkit.core.protocol import Batch, Info, Problem
-from bdlkit.core.schedules import Schedule, resolve
+from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import TensorTree, all_finite, device_of, index, tree_leaves, tree_map
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.problems import Target
@@ -93,7 +94,7 @@ NETWORK_WARNING = (
 
 
 @dataclass(frozen=True)
-class FisherVI(vi.DiagGaussianVI):
+class FisherVI(Annealing, vi.DiagGaussianVI):
     """``λ ← λ + optimizer_update(∇_λ L̂)`` with the Fisher loss L̂ of the module docstring.
 
     Args:
@@ -119,6 +120,7 @@ class FisherVI(vi.DiagGaussianVI):
 
     def __post_init__(self) -> None:
         vi.setup(self)
+        self.check_annealing()
         object.__setattr__(self, "_log_density", differentiable_log_density(self.problem))
         if not isinstance(self.problem, Target):
             warnings.warn(NETWORK_WARNING, DefaultsWarning, stacklevel=caller_stacklevel())
@@ -127,7 +129,7 @@ class FisherVI(vi.DiagGaussianVI):
         self, params: TensorTree | DiagGaussianParams | None = None, *,
         generator: torch.Generator,
     ) -> FisherVIState:
-        return vi.init_state(self.problem, self._opt, params, self.init_std, generator)
+        return vi.init_state(self, params, generator)
 
     # --------------------------------------------------------------------- the loss
     def _chunk_loss(
@@ -141,7 +143,7 @@ class FisherVI(vi.DiagGaussianVI):
             score, value = torch.func.grad_and_value(self._log_density)(index(theta, 0), batch)
             score = tree_map(lambda s: s.unsqueeze(0), score)
         resid = tree_map(lambda e, r, s: e * (-r).exp() + s, eps, rho, score)
-        n = float(self.problem.num_data)
+        n = float(self.problem.effective_num_data)
         loss = sum((x * x).sum() for x in tree_leaves(resid)) / (n * n)
         return loss, value.detach()
 
@@ -182,7 +184,7 @@ class FisherVI(vi.DiagGaussianVI):
     def step(self, state: FisherVIState, batch: Batch) -> tuple[FisherVIState, Info]:
         gen = rng.from_state(state.rng_state, device=device_of(state.lam.mu))
         eps = vi.draw_eps(state.lam, self.num_samples, gen)
-        lr = resolve(self.lr, state.step)
+        lr = self.rate(state.step)
         loss, grads, value = self.loss_and_grad(state.lam, eps, batch)
         if not (bool(torch.isfinite(loss)) and all_finite(grads)):
             what = "its gradient is" if bool(torch.isfinite(loss)) else "the loss is"
@@ -192,7 +194,7 @@ class FisherVI(vi.DiagGaussianVI):
                        for r in tree_leaves(new.lam.rho))
         if not (all_finite(new.lam) and sigma_ok):
             self._diverged(state, "the update made μ or σ NaN, infinite or zero", lr)
-        return new, {"log_prob": value, "loss": loss}
+        return self.advance_average(new), {"log_prob": value, "loss": loss}
 
     def _diverged(self, state: FisherVIState, what: str, lr: float) -> None:
 

@@ -266,12 +266,12 @@ def _step(opt: Any, lr: float, state: FlowVIState, grads: FlowParams, anchor: Fl
                        rng_state=rng.state_of(gen), step=state.step + 1)
 
 
-def problem_scores(problem: Problem, layout: Layout | None, thetas: Tensor, batch: Batch,
-                   kld: float = 1.0) -> tuple[Tensor, Tensor]:
+def problem_scores(problem: Problem, layout: Layout | None, thetas: Tensor,
+                   batch: Batch) -> tuple[Tensor, Tensor]:
     """The minibatch value and scores of the draws ``thetas`` ``(S, d)``, as vectors."""
     if layout is None:
-        return minibatch_scores(problem, thetas, batch, kld)
-    value, scores = minibatch_scores(problem, layout.unflatten(thetas), batch, kld)
+        return minibatch_scores(problem, thetas, batch)
+    value, scores = minibatch_scores(problem, layout.unflatten(thetas), batch)
     return value, layout.flatten(scores)
 
 
@@ -289,7 +289,7 @@ def _info(value: Tensor, checks: list[tuple[Any, str]], **extra: float) -> Info:
 
 def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: Any, lr: float,
                problem: Problem, state: FlowVIState, batch: Batch, *, num_samples: int,
-               alpha: float, inner_steps: int, kld: float,
+               alpha: float, inner_steps: int,
                gaussian: GaussianGradients | None = None) -> tuple[FlowVIState, Info]:
     """One proximal score-matching step (module docstring). With a flow on a leading block
     (``flowed = m < d``) and ``gaussian``, the loss is the flowed block's, over m, and the
@@ -299,7 +299,7 @@ def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: An
     anchor = state.lam if state.step % inner_steps == 0 else state.anchor
     gen = rng.from_state(state.rng_state, device=anchor["loc"].device)
     thetas = family.sample(anchor, num_samples, gen).detach()
-    value, scores = problem_scores(problem, layout, thetas, batch, kld)
+    value, scores = problem_scores(problem, layout, thetas, batch)
     split = gaussian is not None and has_gaussian_block(family)
     m = family.flowed if split else family.features
     g_anchor = family.score(anchor, thetas)[:, :m]

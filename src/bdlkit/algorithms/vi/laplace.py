@@ -167,13 +167,19 @@ def flow_to_theta(lam: dict[str, Tensor], start: LaplaceStart) -> dict[str, Tens
 
 def state_to_theta(state: Any, start: LaplaceStart) -> Any:
     """A VI state of a run on z with its Gaussian fields mapped to θ by
-    :func:`gaussian_to_theta`: λ, score_vi's anchor, and in a nested solver state the
-    fields it declares (``GAUSSIAN_FIELDS``, e.g. the closed form's saved iterates, and
+    :func:`gaussian_to_theta`: λ, score_vi's anchor, the means (``MEAN_FIELDS``) and
+    precisions (``PRECISION_FIELDS``, divided by s²) a state declares (IVON's m and h),
+    and in a nested solver state the fields it declares (``GAUSSIAN_FIELDS``, e.g. the closed form's saved iterates, and
     ``PRECISION_FIELDS``, divided by s²). The rest (optimiser moments, generator state,
     step, counters) is kept as it is: the moments stay in z units and describe the z run."""
     changes: dict[str, Any] = {}
     for name in getattr(state, "FLOW_FIELDS", ()):  # a flow's affine output absorbs the map
         changes[name] = flow_to_theta(getattr(state, name), start)
+    for name in getattr(state, "MEAN_FIELDS", ()):  # a state keeping m and a precision itself
+        changes[name] = start.to_theta(getattr(state, name))
+    for name in getattr(state, "PRECISION_FIELDS", ()):
+        value = getattr(state, name)
+        changes[name] = value / start.scale.to(value.dtype) ** 2
     for f in dataclasses.fields(state):
         value = getattr(state, f.name)
         if f.name in changes:

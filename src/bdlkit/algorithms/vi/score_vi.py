@@ -30,8 +30,8 @@ graph through the network). Two solvers:
   ``bdlkit bench score-vi-study`` and ``bnn-lowdata`` show it behind ADVI on MNIST, so
   it is not the default.
 
-``kld`` < 1 inflates the likelihood by 1/kld (BayesDLL's KL discount):
-ŝ = ∇log p + (1/kld)(ŝ − ∇log p). Memory: λ, the anchor and the solver state (Adam moments,
+The KL discount (``BayesianModel(kld=...)``, ``--kld``) is the problem's, in ŝ.
+Memory: λ, the anchor and the solver state (Adam moments,
 or the curvature average).
 """
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,9 +51,12 @@ from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
 from bdlkit.algorithms.vi.common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
 from bdlkit.algorithms.vi.flow_vi import FlowOptions
+from bdlkit.algorithms.vi.prior_split import prior_terms
+from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
+from bdlkit.algorithms.vi.score_vi_options import check, warn_inert
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem
-from bdlkit.core.schedules import Schedule, resolve
+from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import (
     TensorTree,
     all_finite,
@@ -65,18 +67,23 @@ from bdlkit.core.tree import (
 )
 from bdlkit.families import diag_gaussian as family
 from bdlkit.families.diag_gaussian import DiagGaussianParams
-from bdlkit.problems import BayesianModel, Target
+from bdlkit.problems import Target
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 
 #: The defaults of the options whose sensible value depends on the solver (stated once).
-#: closed_form: ``benchmarks/results/score-vi-study`` (``bdlkit bench score-vi-study``).
+#: closed_form: ``benchmarks/results/natural-vi-study`` (``bdlkit bench natural-vi-study``).
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gradient": {"lr": 1e-2, "num_samples": 1, "antithetic": False, "alpha_max": 0.5, "warmup": 0,
-                 "omega": None, "curvature_decay": 0.0},
-    "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5, "warmup": None,
-                    "omega": 0.1, "curvature_decay": 0.99},
+    "gradient": {"lr": 1e-2, "num_samples": 1, "antithetic": False, "alpha_max": 0.5,
+                 "warmup": 0, "omega": None, "curvature_decay": 0.0, "momentum": 0.9,
+                 "init_std": 1e-2, "hess_init": None, "curvature_update": None},
+    "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5,
+                    "warmup": None, "omega": 0.1, "curvature_decay": 0.999, "momentum": 0.9,
+                    "init_std": None, "hess_init": 3.0, "curvature_update": None},
 }
+#: the closed form on a Target, whose scores are exact: the curvature estimate is accurate
+#: (the pair estimator is exact on a diagonal Gaussian), so it is averaged fast
+TARGET_CLOSED_FORM = {"curvature_decay": 0.9}
 WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run
 PRECONDITIONERS = ("sigma2", "natural", "none")
 #: True while :meth:`ScoreVI.for_run` re-creates the algorithm: no build warning again.
@@ -90,10 +97,11 @@ class ScoreVIState:
     opt_state: Any  # optimiser state (gradient solver) or ClosedFormState
     rng_state: Tensor
     step: int
+    average: RunningMean | None  # λ averaged over the run's last part (schedule.py)
 
 
 @dataclass(frozen=True)
-class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
+class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
     """SSM-prox with a diagonal Gaussian (the module docstring explains every option).
 
     The options left at None take their solver's value in ``SOLVER_DEFAULTS`` (what the
@@ -103,7 +111,9 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
         lr: the gradient solver's step size (per datum, as ADVI's; default 1e-2, 3e-3
             with family="flow"); the closed form has none (ω is its step).
         optimizer: "adam" or "sgd" (gradient solver).
-        momentum: SGD's momentum in [0, 1), as in advi.
+        momentum: in [0, 1): SGD's momentum (gradient solver, as in advi), or the closed
+            form's β1, an exponential average of the mean likelihood score, debiased as
+            IVON's (default 0.9 for both).
         num_samples: S draws per step (default: 2, one antithetic pair, for the closed
             form; 1 for the gradient solver).
         inner_steps: K optimiser steps per anchor (gradient solver; the closed form solves
@@ -111,19 +121,25 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
         alpha_max: the proximal weight after the warm-up, in [0, 1] (default 0.5).
         warmup: steps over which α rises from 0 to α_max (default: 10 % of the run for
             the closed form; 0 for the gradient solver).
-        init_std: σ of q₀ around the initial parameters.
+        init_std: σ of q₀ around the initial parameters (default 1e-2; the closed form
+            with hess_init: 1/sqrt(λ0·h0 + P), its curvature average's start).
         loss: "rb" (Rao-Blackwellised) or "mc" (Monte Carlo).
         solver: "gradient" (default; at K = 1 it is ADVI, see the module docstring) or
             "closed_form" (the proximal argmin).
         omega: the closed form's damping in (0, 1] (default: 0.1 for the closed form).
         curvature_decay: β in [0, 1) of the average of the Stein curvature over steps
-            (closed form; 0: this step's estimate only, as in the paper).
+            (closed form; 0: this step's estimate only, as in the paper; default 0.999 on
+            a network, 0.9 on a Target, whose exact scores make the estimate accurate).
+        hess_init: the closed form's initial curvature per datum h0 > 0: its curvature
+            average starts at λ0·h0 + P (λ0 = N_eff/T, P the prior's precision), as IVON's;
+            "estimate": at the first estimate, bias-corrected (default 3.0).
+        curvature_update: "riemannian" (IVON's positivity-preserving average; the default
+            with a number hess_init) or "linear" (the default with "estimate").
         antithetic: draw S/2 pairs μ_t ± σ_t ε (default: on for the closed form).
         a_min: precision floor of the closed form (default :func:`precision_floor`).
         max_step: the closed form's trust region: no coordinate of μ moves by more than
             this many σ in one step (counted in ``info["step_clipped"]``; default inf:
             none, as a capped divergence hides from the guard).
-        kld: likelihood inflation 1/kld, kld in (0, 1] (a BayesianModel only).
         precondition: "sigma2" (default; True), "natural" or "none" (False) for the
             gradient solver.
     """
@@ -131,20 +147,21 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
     problem: Problem
     lr: float | Schedule | None = None
     optimizer: Literal["adam", "sgd"] = "adam"
-    momentum: float = 0.9
+    momentum: float | None = None
     num_samples: int | None = None
     inner_steps: int = 1
     alpha_max: float | None = None
     warmup: int | None = None
-    init_std: float = 1e-2
+    init_std: float | None = None
     loss: Literal["rb", "mc"] = "rb"
     solver: Literal["gradient", "closed_form"] = "gradient"
     omega: float | None = None
     curvature_decay: float | None = None
+    hess_init: float | Literal["estimate"] | None = None
+    curvature_update: Literal["riemannian", "linear"] | None = None
     antithetic: bool | None = None
     a_min: float | None = None
     max_step: float = float("inf")
-    kld: float = 1.0
     precondition: Literal["sigma2", "natural", "none"] | bool = "sigma2"
     name: str = "score_vi"
     _opt: Any = field(init=False, repr=False, compare=False)
@@ -161,35 +178,50 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
         defaults = SOLVER_DEFAULTS[solver]
         if self.family != "diag":
             defaults = {**defaults, "lr": flow_vi.SCORE_LR}
+        if solver == "closed_form" and isinstance(self.problem, Target):
+            defaults = {**defaults, **TARGET_CLOSED_FORM}
         given = {k: getattr(self, k) for k in defaults}
         quiet = _REBINDING.get()
         if not quiet:
-            _warn_inert(solver, inner_steps, given)
+            warn_inert(solver, inner_steps, given)
         opts = {k: (defaults[k] if v is None else v) for k, v in given.items()}
+        if solver == "closed_form" and opts["curvature_update"] is None:
+            opts["curvature_update"] = "linear" if opts["hess_init"] == "estimate" \
+                else "riemannian"
         if isinstance(self.precondition, bool):
             set_attr(self, "precondition", "sigma2" if self.precondition else "none")
-        _check(self.problem, solver, self.loss, self.precondition, inner_steps, self.init_std,
-               self.kld, self.a_min, self.max_step, opts)
-        if solver == "closed_form" and isinstance(self.problem, BayesianModel) and not quiet:
-            warnings.warn("score_vi: the closed-form solver is experimental on networks: on "
-                          "the MNIST MLP of `bdlkit bench score-vi-study` it is behind ADVI at "
-                          "every omega and fails at omega=0.1 (its per-weight Stein curvature "
-                          "is too noisy for its Newton-like steps); solver='gradient' is the "
-                          "tested default", stacklevel=4)  # build's caller
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        check(self.problem, solver, self.loss, self.precondition, inner_steps, self.a_min,
+              self.max_step, opts)
+        if opts["init_std"] is None:  # the closed form's q₀ is its curvature average's start
+            opts["init_std"] = 1e-2 if opts["hess_init"] in (None, "estimate") else \
+                float(self.initial_precision(opts["hess_init"])) ** -0.5
         opts["num_samples"] = int(opts["num_samples"])
-        for name, kind in (("momentum", float), ("inner_steps", int), ("init_std", float),
-                           ("max_step", float), ("kld", float)):
+        for name, kind in (("momentum", float), ("init_std", float)):
+            opts[name] = kind(opts[name])
+        for name, kind in (("inner_steps", int), ("max_step", float)):
             opts[name] = kind(getattr(self, name))
         for name, value in opts.items():
             set_attr(self, name, value)
         set_attr(self, "_opt", make_opt(self.optimizer, self.momentum))
+        self.check_annealing()
         if self.family != "diag" and solver != "gradient":
             raise ValueError(f"family={self.family!r} uses the gradient solver (the closed "
                              "form is the Gaussian argmin): drop solver='closed_form'")
         self.setup_family(self.problem)
         flow_vi.check_score_vi(self, quiet)
+
+    def initial_precision(self, hess_init: float) -> float:
+        """a₀ = λ0·h0 + P: the closed form's curvature average at the start (IVON's
+        λ(h0 + δ); λ0 = N_eff/T, P the prior's precision 1/(σ0² T), 0 on a Target)."""
+        size = self.problem.effective_num_data / self.problem.temperature
+        return size * hess_init + precision_floor(self.problem, target=0.0)
+
+    @property
+    def laplace_start(self) -> dict[str, Any]:  # type: ignore[override]
+        """q₀ = the Laplace approximation on a Target's standardised coordinates: σ₀ = 1,
+        and for the closed form the curvature average's start 1 too."""
+        return {"init_std": 1.0, **({"hess_init": 1.0} if self.solver == "closed_form"
+                                    else {})}
 
     @property
     def step_size_param(self) -> str:
@@ -197,12 +229,14 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
         return "omega" if self.solver == "closed_form" else "lr"
 
     def for_run(self, total_steps: int) -> ScoreVI:
-        """Bind ``warmup=None`` to 10 % of the run (the runner calls this)."""
-        if self.warmup is not None:
-            return self
+        """Bind the schedule's length and ``warmup=None`` to 10 % of the run (the runner
+        calls this)."""
         token = _REBINDING.set(True)  # the user was warned when building it
         try:
-            return dataclasses.replace(self, warmup=max(1, int(WARMUP_FRACTION * total_steps)))
+            bound = Annealing.for_run(self, total_steps)
+            if bound.warmup is not None:
+                return bound
+            return dataclasses.replace(bound, warmup=max(1, int(WARMUP_FRACTION * total_steps)))
         finally:
             _REBINDING.reset(token)
 
@@ -212,10 +246,13 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
             return self.flow_init(params, generator)
         lam = initial_lam(self.problem, params, self.init_std, generator)
         noise = rng.split(generator, device=device_of(lam.mu))
-        opt = closed_form.init(lam, self.omega) if self.solver == "closed_form" \
-            else self._opt.init(lam)
+        if self.solver == "closed_form":
+            a0 = None if self.hess_init == "estimate" else self.initial_precision(self.hess_init)
+            opt = closed_form.init(lam, self.omega, a0)
+        else:
+            opt = self._opt.init(lam)
         return ScoreVIState(lam=lam, anchor=lam, opt_state=opt, rng_state=rng.state_of(noise),
-                            step=0)
+                            step=0, average=self.initial_average(lam))
 
     def alpha(self, step: int) -> float:
         """α_t = α_max · min(1, t / warmup) (docs/score_vi.md); no warm-up when ``warmup`` is 0 or unbound."""
@@ -239,34 +276,48 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
         if self._flow is not None:
             k = self.inner_steps
             return flow_vi.score_step(
-                self._flow, self._layout, self._opt, resolve(self.lr, state.step), self.problem,
+                self._flow, self._layout, self._opt, self.rate(state.step), self.problem,
                 state, batch,
                 num_samples=self.num_samples, alpha=self.alpha(state.step // k * k),
-                inner_steps=k, kld=self.kld, gaussian=self.gradients)
+                inner_steps=k, gaussian=self.gradients)
         t = state.step
         anchor = state.lam if t % self.inner_steps == 0 else state.anchor
         alpha = self.alpha(t // self.inner_steps * self.inner_steps)
         gen = rng.from_state(state.rng_state, device=device_of(anchor.mu))
         thetas = self.anchor_draws(anchor, gen)  # (S, ...) from q_t, no grad
-        value, scores = minibatch_scores(self.problem, thetas, batch, self.kld)
+        value, scores = minibatch_scores(self.problem, thetas, batch)
         info: dict[str, Any] = {"log_prob": value, "alpha": alpha}
-        if self.solver == "closed_form" and not all_finite((value, scores)):
+        guarded = isinstance(self.problem, Target)  # the divergence guard: Targets only
+        if self.solver == "closed_form" and guarded and not all_finite((value, scores)):
             # draws from an overshooting q: back off instead of passing NaN on (guard)
             lam, opt_state = closed_form.back_off(state.opt_state, t, "a score was not finite")
             info = {"log_prob": None, "alpha": alpha, "rejected": 1.0}  # none evaluated
         elif self.solver == "closed_form":
             lam, opt_state, extra = closed_form.step(
-                state.lam, anchor, thetas, scores, alpha, state.opt_state,
-                a_min=self._floor(anchor), decay=self.curvature_decay, loss=self.loss,
-                antithetic=self.antithetic, max_step=self.max_step, t=t)
+                state.lam, anchor, thetas, scores, prior_terms(self.problem, anchor.mu),
+                state.opt_state, self.settings(state, alpha, guarded),
+                a_min=self._floor(anchor), t=t)
             info.update(extra)
         else:
             grads = self.gradients(state.lam, anchor, thetas, scores, alpha)
             lam, opt_state = self._opt.apply(grads, state.opt_state, state.lam,
-                                             resolve(self.lr, t))
+                                             self.rate(t))
         new = ScoreVIState(lam=lam, anchor=anchor, opt_state=opt_state,
-                           rng_state=rng.state_of(gen), step=t + 1)
-        return new, info
+                           rng_state=rng.state_of(gen), step=t + 1, average=state.average)
+        return self.advance_average(new), info
+
+    def settings(self, state: ScoreVIState, alpha: float,
+                 guarded: bool) -> closed_form.Settings:
+        """The closed form's settings at this step (ω scheduled, the estimator named)."""
+        estimator = "pair" if self.antithetic else "centred" if self.num_samples > 1 \
+            else "price"
+        omega = float(state.opt_state.omega)
+        return closed_form.Settings(
+            alpha=alpha, omega=omega * self.factor(state.step),
+            damping=1.0 if self.hess_init != "estimate" else omega,
+            decay=self.curvature_decay, start=self.hess_init != "estimate",
+            riemannian=self.curvature_update == "riemannian", momentum=self.momentum,
+            estimator=estimator, loss=self.loss, max_step=self.max_step, guard=guarded)
 
     def _floor(self, like: DiagGaussianParams) -> TensorTree:
         floor = self.a_min if self.a_min is not None else precision_floor(self.problem)
@@ -275,7 +326,7 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
     def gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
                   thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:
         """The preconditioned λ-gradient of the per-anchor loss (module docstring)."""
-        n = float(self.problem.num_data)
+        n = float(self.problem.effective_num_data)
         if self.precondition == "sigma2" and self.loss == "rb" and anchor is lam:  # = ADVI
             return anchored_rb_gradients(lam, thetas, scores, n)
         centred = self.precondition == "natural" and self.loss == "rb"
@@ -292,14 +343,13 @@ class ScoreVI(FlatStorage, FlowOptions, DiagGaussianVI):
                                   rho=tree_map(lambda g, v: g * v / (4 * n), grads.rho, var))
 
 
-def precision_floor(problem: Problem) -> float:
-    """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel with an
-    isotropic Gaussian prior (a log-concave likelihood cannot make q wider than the prior),
-    else 1e-8."""
-    scale = getattr(getattr(problem, "prior", None), "scale", None)
-    if isinstance(problem, BayesianModel) and scale:
-        return 1.0 / (scale**2 * problem.temperature)
-    return 1e-8
+def precision_floor(problem: Problem, target: float = 1e-8) -> float:
+    """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel's isotropic
+    Gaussian prior (a log-concave likelihood cannot make q wider than the prior), else
+    ``target`` (a Target's density has no separate prior)."""
+    if isinstance(problem, Target):
+        return target
+    return 1.0 / (problem.prior.scale ** 2 * problem.temperature)
 
 
 def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: bool,
@@ -308,7 +358,8 @@ def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: 
     :func:`~.score_vi_closed_form.anchor_covariance`, plus (μ_t − μ)·ŝ̄ (same expectation)."""
     if not centred:
         return ((theta - lam_mu) * s).mean(0)
-    return closed_form.anchor_covariance(theta, mu_t, s, antithetic) + (mu_t - lam_mu) * s.mean(0)
+    estimator = "pair" if antithetic else "centred"
+    return closed_form.anchor_covariance(theta, mu_t, s, estimator) + (mu_t - lam_mu) * s.mean(0)
 
 
 def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
@@ -378,73 +429,6 @@ def _per_leaf(fn, lam, anchor, thetas, scores) -> DiagGaussianParams:
     mu, rho = unzip_pairs(tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas,
                                           scores))
     return DiagGaussianParams(mu=mu, rho=rho)
-
-
-def _warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
-    """Warn about options the user set that cannot act in this configuration (set: not
-    None and not the solver's default, which a resolved algorithm holds)."""
-    rules = [  # (solver, needs K = 1, options, why and fix)
-        ("gradient", False, ("omega", "curvature_decay"),
-         "they are options of solver='closed_form'"),
-        ("gradient", True, ("alpha_max", "warmup"),
-         "α has no effect with one inner step, the proximal term having zero gradient at "
-         "the anchor: use inner_steps > 1 or solver='closed_form'"),
-        ("closed_form", False, ("lr",),
-         "the closed form takes damped argmin steps of size omega, not lr: set omega"),
-    ]
-    for rule_solver, only_k1, keys, why in rules:
-        inert = [k for k in keys
-                 if given[k] is not None and given[k] != SOLVER_DEFAULTS[solver][k]]
-        if inert and solver == rule_solver and (inner_steps == 1 or not only_k1):
-            warnings.warn(f"score_vi: {', '.join(inert)} cannot act with solver={solver!r} "
-                          f"and inner_steps={inner_steps} ({why})",
-                          stacklevel=5)  # build's caller
-
-
-def _check(problem: Problem, solver: str, loss: str, precondition: str, inner_steps: Any,
-           init_std: float, kld: float, a_min: float | None, max_step: float,
-           opts: dict[str, Any]) -> None:
-    if loss not in ("rb", "mc"):
-        raise ValueError(f"loss must be 'rb' (Rao-Blackwellised) or 'mc', got {loss!r}")
-    if precondition not in PRECONDITIONERS:
-        raise ValueError(f"precondition must be one of {PRECONDITIONERS}, got {precondition!r}")
-    s = opts["num_samples"]
-    for name, value, low in (("num_samples", s, 1), ("inner_steps", inner_steps, 1)):
-        if isinstance(value, bool) or int(value) != value or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    w = opts["warmup"]
-    if w is not None and (isinstance(w, bool) or int(w) != w or w < 0):
-        raise ValueError(f"warmup must be an integer >= 0 (or None: 10 % of the run), got {w!r}")
-    if opts["antithetic"] and s % 2:
-        raise ValueError(f"antithetic=True draws pairs: num_samples must be even, got {s}; "
-                         "pass num_samples=2 (or 4, ...) or antithetic=False")
-    if not 0 <= opts["alpha_max"] <= 1:
-        raise ValueError(f"alpha_max must be in [0, 1], got {opts['alpha_max']}")
-    if precondition == "natural" and s < 2:
-        raise ValueError(f"num_samples={s}: precondition='natural' centres the cross term over "
-                         "draws and needs num_samples >= 2 (e.g. num_samples=2, "
-                         "antithetic=True)")
-    if solver == "closed_form":
-        if not (opts["omega"] is not None and 0 < opts["omega"] <= 1):
-            raise ValueError(f"omega (the closed form's damping) must be in (0, 1], got "
-                             f"{opts['omega']!r}; try 0.1")
-        if s < 2:
-            raise ValueError(f"num_samples={s}: the closed form's curvature is a covariance "
-                             "over draws and needs num_samples >= 2 (default: one antithetic "
-                             "pair, num_samples=2)")
-        if not 0 <= opts["curvature_decay"] < 1:
-            raise ValueError(f"curvature_decay must be in [0, 1) (0: no averaging), got "
-                             f"{opts['curvature_decay']!r}; try 0.9")
-    if not max_step > 0:
-        raise ValueError(f"max_step (in units of σ) must be > 0 (inf: no trust region), got "
-                         f"{max_step!r}")
-    if not init_std > 0 or not 0 < kld <= 1 or (a_min is not None and not a_min > 0):
-        raise ValueError("init_std and a_min must be > 0 and kld in (0, 1]")
-    if kld != 1.0 and isinstance(problem, Target):
-        raise ValueError("kld (likelihood inflation) needs a BayesianModel with a prior")
-    lr = opts["lr"]
-    if lr is not None and not callable(lr) and not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr}")
 
 
 build = builder(ScoreVI)

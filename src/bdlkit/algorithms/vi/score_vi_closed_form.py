@@ -2,44 +2,47 @@
 
 Per iteration the paper's objective E_{q_t}[α‖∇log q − ∇log q_t‖² + ‖∇log q − ŝ‖²] is a
 quadratic in the natural parameters a = 1/σ², b = a·μ of each coordinate, so its argmin
-is exact: a per-coordinate regression of the score on θ. With the anchor q_t = N(μ_t, σ_t²)
-and S draws θ_k ~ q_t::
+is exact: a per-coordinate regression of the score on θ. With the anchor q_t = N(μ_t, σ_t²),
+S draws θ_k ~ q_t, their scores split into the likelihood part L̂_k and the prior's exact
+score s_p and precision P (:mod:`.prior_split`; s_p = P = 0 on a Target)::
 
-    ŝ̄ = mean_k ŝ_k
-    â = −Ĉ / v                 Stein: E[â] = E_{q_t}[−∂²_ii log π]  (a diagonal Hessian)
-    ā = EMA_β(â)               curvature averaged over steps (β = ``curvature_decay``)
-    a_new = (α a_t + ā) / (1 + α),   b_new = (α b_t + ŝ̄ + ā m1) / (1 + α)
-    a ← max((1 − ω) a + ω a_new, a_min),   μ ← μ + ω (ŝ̄ + ā (m1 − μ_t)) / ((1 + α) a)
+    â   = P − Ĉ / v                   Ĉ: a covariance of θ − μ_t with L̂ (``estimator``)
+    ā   = average of â over steps     (``curvature_decay`` β; ``hess_init``; ``curvature_update``)
+    a'  = max((1 − d) a_t + d (α a_t + ā) / (1 + α), a_min)   the argmin's precision
+    ĝ   = EMA_β1(mean_k L̂_k) / (1 − β1^t) + s_p  [+ ā (m1 − μ_t) for loss="mc"]
+    μ'  = μ_t + ω_t ĝ / ((1 + α) a'),  each coordinate within ``max_step``·σ'
 
-``loss="rb"`` (Rao-Blackwellised): m1 = μ_t, v = σ_t² and the *centred* cross-covariance
-Ĉ = Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), unbiased for E[(θ − μ_t) ŝ] and free of the noise
-∝ ``|μ_t − mode|/σ_t`` that the uncentred mean_k (θ_k − μ_t) ŝ_k carries (it blew up from a
-tiny σ₀). With antithetic pairs θ = μ_t ± σ_t ε the draws sum to μ_t, so Ĉ = mean_k
-(θ_k − μ_t) ŝ_k is already centred and unbiased: it is the finite-difference Hutchinson
-estimate ε ⊙ H(σ_t ε)/σ_t of the Hessian diagonal, whose noise comes from the Hessian's
-off-diagonal coupling only. The minibatch noise of ŝ cancels when the pair shares one
-minibatch, and no part of it grows as σ_t shrinks. ``loss="mc"``: the exact least squares
-of the Monte Carlo loss (m1 = mean θ_k, v the 1/S variance). The μ form of the last line
-is algebra on the damped b update. It stays bounded when a is clipped at ``a_min``, where
-b/a would not be.
+At β = β1 = 0 and ω_t = d = 1 this is the argmin itself. d is the precision's damping:
+1 when the average starts at ``hess_init`` (it is the slow part then), the unscheduled ω
+when it starts at the first estimate (``hess_init="estimate"``: a single Hutchinson sample
+is too noisy to jump to, and the relaxation at rate ω/(1 + α) from 1/σ₀² is what keeps a
+tiny σ₀ safe). ``estimator``: "pair" (antithetic
+pairs θ = μ_t ± σ_t ε sharing a minibatch: Ĉ = mean_k (θ_k − μ_t) L̂_k is already centred,
+the finite-difference Hutchinson estimate ε ⊙ H σ_t ε/σ_t of the Hessian diagonal, with no
+minibatch noise and none growing as σ_t shrinks), "centred" (independent draws,
+Σ (θ_k − μ_t)(L̂_k − L̂̄)/(S − 1), S ≥ 2) or "price" (IVON's uncentred mean_k (θ_k − μ_t) L̂_k:
+any S, but its noise grows with |L̂(μ_t)|/σ_t). ``loss="mc"``: the exact least squares of
+the Monte Carlo loss (m1 = mean θ_k, v their 1/S variance) instead.
 
-Damping ω is a stronger proximal weight (α_eff = (1 + α)/ω − 1): the step is a natural
-gradient step of size ω/(1 + α) on the mean, and the precision relaxes to ā at that rate,
-so σ moves by a fixed fraction per step whatever its scale (tiny σ₀ are no problem). On a
-Gaussian target N(m, Λ⁻¹), D = diag Λ, the mean iteration converges iff
-ω·λ_max(D⁻¹Λ) < 2(1 + α).
+The curvature average: with ``hess_init`` h0 (per datum) it starts at IVON's
+a₀ = λ0·h0 + P (λ0 = N_eff/T) and ``curvature_update="riemannian"`` is IVON's
+positivity-preserving ā ← β ā + (1 − β) â + ½(1 − β)²(ā − â)²/ā ("linear": without the last
+term); with ``hess_init=None`` it is the bias-corrected EMA Σ_j β^{t−j}(1 − β) â_j /
+Σ_j β^{t−j}(1 − β), which starts at the first estimate. Non-finite estimates are dropped
+from it and counted. The settings that turn this step into IVON's exactly (``docs/ivon.md``):
+α = 0, estimator "price" with S = 1, ω = lr·(h0 + δ), hess_init h0, β = β2, β1, riemannian,
+no clip and an inactive floor.
 
-The divergence guard: ``δ_t = max_i |Δμ_i|·√a_i``, averaged per window of ``GUARD_WINDOW``
-steps. When the window mean grows by more than ``GUARD_GROWTH`` over the previous one in
-``GUARD_PATIENCE`` windows in a row (one window's growth is often minibatch noise on a
-network), or λ becomes non-finite, or a draw's score does, λ is restored from the start
-of the earlier window and ω halved; after ``GUARD_MAX_HALVINGS`` halvings it raises,
-recommending the gradient solver. The growth test waits while σ itself is still moving
-(median ``|Δ log σ|`` over the window above ``SETTLED_LOG_SIGMA``: as σ grows from a tiny σ₀
-the standardised step grows with it, which is not divergence) and ignores means below
-``GUARD_TOL`` σ (convergence). A non-finite â is dropped from the average and a precision
-below ``a_min`` clipped, both counted in ``info``. The window sizes are tuning values,
-not derived.
+ω_t is ``omega`` times the cosine factor of :mod:`.schedule`. On a Target the divergence
+guard watches δ_t = max_i |Δμ_i|·√a_i, averaged per window of ``GUARD_WINDOW`` steps: when
+the window mean grows by more than ``GUARD_GROWTH`` over the previous one in
+``GUARD_PATIENCE`` windows in a row, or λ or a draw's score becomes non-finite, λ is
+restored from the start of the earlier window and ω halved; after ``GUARD_MAX_HALVINGS``
+halvings it raises, recommending the gradient solver. The growth test waits while σ
+itself is still moving (median ``|Δ log σ|`` over the window above ``SETTLED_LOG_SIGMA``)
+and ignores means below ``GUARD_TOL`` σ. On a network the guard is off (minibatch noise
+makes the step's size a poor divergence signal); a non-finite step stops the run with the
+runner's NaN report. The window sizes are tuning values, not derived.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from bdlkit.algorithms.vi.prior_split import PriorTerms, likelihood_scores
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.tree import (
     TensorTree,
@@ -59,7 +64,6 @@ from bdlkit.core.tree import (
     pytree_dataclass,
     tree_leaves,
     tree_map,
-    unzip_pairs,
     zeros_like,
 )
 from bdlkit.families.diag_gaussian import DiagGaussianParams
@@ -70,6 +74,25 @@ GUARD_MAX_HALVINGS = 5
 GUARD_PATIENCE = 2  # growing windows in a row before backing off (minibatch noise)
 GUARD_TOL = 1e-6  # mean standardised steps below this are convergence, not divergence
 SETTLED_LOG_SIGMA = 0.35  # the growth test waits while the median σ changes by > √2 a window
+ESTIMATORS = ("pair", "centred", "price")
+CURVATURE_UPDATES = ("riemannian", "linear")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One step's settings, resolved by :class:`~.score_vi.ScoreVI` (its docstring)."""
+
+    alpha: float  # α_t
+    omega: float  # ω_t: the scheduled damping of the mean
+    damping: float  # d: the precision's damping (1 with hess_init, else ω)
+    decay: float  # β of the curvature average
+    start: bool  # the average starts at a₀ (hess_init) rather than at the first estimate
+    riemannian: bool  # IVON's second-order term in the average
+    momentum: float  # β1
+    estimator: str
+    loss: str
+    max_step: float
+    guard: bool  # the divergence guard (Targets)
 
 
 @pytree_dataclass
@@ -81,7 +104,7 @@ class ClosedFormState:
     GAUSSIAN_FIELDS: ClassVar[tuple[str, ...]] = ("saved_prev", "saved_cur")
     PRECISION_FIELDS: ClassVar[tuple[str, ...]] = ("curvature",)
 
-    omega: Tensor  # current damping
+    omega: Tensor  # the damping ω (halved by the guard; the schedule multiplies it)
     halvings: int
     saved_prev: DiagGaussianParams  # λ at the start of the previous window
     saved_cur: DiagGaussianParams  # λ at the start of the current window
@@ -89,109 +112,141 @@ class ClosedFormState:
     prev_mean: Tensor  # mean δ of the previous window (NaN: none yet)
     grown: int  # consecutive windows whose mean δ grew by more than GUARD_GROWTH
     window_steps: int  # steps in the current window (a back-off starts a new one)
-    curvature: TensorTree  # Σ_j β^(t−j) (1 − β) â_j: the un-normalised average of â
-    weight: TensorTree  # Σ_j β^(t−j) (1 − β) over the steps whose â was finite
+    curvature: TensorTree  # ā (hess_init given), or Σ_j β^(t−j)(1 − β) â_j (bias-corrected)
+    weight: TensorTree  # 1, or Σ_j β^(t−j)(1 − β) over the steps whose â was finite
+    momentum: TensorTree  # the EMA of mean_k L̂_k (β1), not debiased
 
 
-def init(lam: DiagGaussianParams, omega: float) -> ClosedFormState:
+def init(lam: DiagGaussianParams, omega: float, a0: float | None) -> ClosedFormState:
+    """The state at λ₀: the curvature average at ``a0`` (IVON's start) or empty."""
     ref = tree_leaves(lam.mu)[0]
     scalar = {"dtype": torch.float64, "device": ref.device}
+
+    def full(value: float) -> TensorTree:
+        return tree_map(lambda m: torch.full_like(m, value), lam.mu)
+
     return ClosedFormState(
         omega=torch.tensor(float(omega), **scalar), halvings=0, saved_prev=lam, saved_cur=lam,
         delta_sum=torch.zeros((), **scalar), prev_mean=torch.tensor(math.nan, **scalar), grown=0,
-        window_steps=0,
-        curvature=zeros_like(lam.mu), weight=zeros_like(lam.mu))
+        window_steps=0, curvature=zeros_like(lam.mu) if a0 is None else full(a0),
+        weight=zeros_like(lam.mu) if a0 is None else full(1.0), momentum=zeros_like(lam.mu))
 
 
-def anchor_covariance(theta: Tensor, mu_t: Tensor, s: Tensor, antithetic: bool) -> Tensor:
-    """The unbiased estimate of E[(θ − μ_t) ŝ] from draws of the anchor: the centred
-    Σ_k (θ_k − μ_t)(ŝ_k − ŝ̄)/(S − 1), or for antithetic pairs, whose θ_k − μ_t sum to
-    zero, Σ_k (θ_k − μ_t) ŝ_k/S (the same sum, already centred)."""
+def anchor_covariance(theta: Tensor, mu_t: Tensor, s: Tensor, estimator: str) -> Tensor:
+    """The estimate of E[(θ − μ_t) s] from draws of the anchor: for antithetic pairs, whose
+    θ_k − μ_t sum to zero, Σ_k (θ_k − μ_t) s_k/S (already centred); for independent draws
+    the centred Σ_k (θ_k − μ_t)(s_k − s̄)/(S − 1); "price": the uncentred mean."""
     dev = theta - mu_t
-    if antithetic:
-        return (dev * s).mean(0)
-    return (dev * (s - s.mean(0))).sum(0) / (theta.shape[0] - 1)
+    if estimator == "centred":
+        return (dev * (s - s.mean(0))).sum(0) / (theta.shape[0] - 1)
+    return (dev * s).mean(0)
 
 
 def curvature(anchor: DiagGaussianParams, thetas: TensorTree, scores: TensorTree, loss: str,
-              antithetic: bool) -> tuple[TensorTree, TensorTree]:
-    """``(â, m1)`` per coordinate from draws of the anchor (module docstring)."""
+              estimator: str) -> tuple[TensorTree, TensorTree]:
+    """``(−Ĉ/v, m1)`` per coordinate from draws of the anchor and their (likelihood)
+    scores (module docstring)."""
     def per_leaf(mu_t: Tensor, rho_t: Tensor, theta: Tensor, s: Tensor):
         if loss == "mc":
             m1 = theta.mean(0)
             v = ((theta - m1) ** 2).mean(0)
             c = ((theta - m1) * (s - s.mean(0))).mean(0)
             return -c / v, m1
-        return -anchor_covariance(theta, mu_t, s, antithetic) * (-2 * rho_t).exp(), mu_t
+        return -anchor_covariance(theta, mu_t, s, estimator) * (-2 * rho_t).exp(), mu_t
 
-    return unzip_pairs(tree_map(per_leaf, anchor.mu, anchor.rho, thetas, scores))
+    return _unzip(tree_map(per_leaf, anchor.mu, anchor.rho, thetas, scores), 2)
 
 
 def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
-         scores: TensorTree, alpha: float, state: ClosedFormState, *, a_min: TensorTree,
-         decay: float, loss: str, antithetic: bool, max_step: float, t: int
-         ) -> tuple[DiagGaussianParams, ClosedFormState, dict[str, float]]:
-    """One damped argmin update of λ with the averaged curvature, checked by the guard."""
-    omega = float(state.omega)
-    a_hat, m1 = curvature(anchor, thetas, scores, loss, antithetic)
+         scores: TensorTree, prior: PriorTerms, state: ClosedFormState, cfg: Settings, *,
+         a_min: TensorTree, t: int) -> tuple[DiagGaussianParams, ClosedFormState, dict]:
+    """One argmin update of λ from the averaged curvature and momentum, checked by the
+    guard on a Target."""
+    noise = tree_map(lambda th, m: th - m, thetas, anchor.mu)
+    lik = likelihood_scores(scores, noise, prior)
+    c_hat, m1 = curvature(anchor, thetas, lik, cfg.loss, cfg.estimator)
+    a_hat = tree_map(lambda c: c + prior.precision, c_hat)
     counts: dict[str, list[Tensor]] = {"curvature_nonfinite": [], "precision_clipped": [],
                                        "step_clipped": []}  # summed once: one host sync
+    b, b1, alpha, omega = cfg.decay, cfg.momentum, cfg.alpha, cfg.omega
+    debias = 1.0 - b1 ** (t + 1)
 
     def average(c: Tensor, w: Tensor, ah: Tensor):
         ok = torch.isfinite(ah)
         counts["curvature_nonfinite"].append((~ok).sum())
-        c = torch.where(ok, decay * c + (1 - decay) * ah, decay * c)
-        w = torch.where(ok, decay * w + (1 - decay), decay * w)
-        return c, w
+        ah = torch.where(ok, ah, c / w.clamp_min(1e-300))  # a dropped estimate: no change
+        if cfg.start:
+            new = c * b + (1 - b) * ah
+            if cfg.riemannian:
+                new = new + (0.5 * (1 - b) ** 2) * (c - ah).square() / c
+            return new, w
+        return torch.where(ok, b * c + (1 - b) * ah, b * c), torch.where(ok, b * w + (1 - b),
+                                                                         b * w)
 
-    curv, weight = unzip_pairs(tree_map(average, state.curvature, state.weight, a_hat))
+    curv, weight = _unzip(tree_map(average, state.curvature, state.weight, a_hat), 2)
+    steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
 
-    def update(a, mu, mu_t, rho_t, c, w, s, m, floor):
+    def update(mu, rho, mu_t, rho_t, c, w, g_lik, s_p, m, g_mom, floor):
         a_t = (-2 * rho_t).exp()
         a_bar = torch.where(w > 0, c / w.clamp_min(1e-300), a_t)  # no finite â yet: keep a_t
-        a_new = (alpha * a_t + a_bar) / (1 + alpha)
-        a_next = (1 - omega) * a + omega * a_new
+        a_next = (alpha * a_t + a_bar) / (1 + alpha)
+        if cfg.damping != 1.0:
+            a_next = (1 - cfg.damping) * (-2 * rho).exp() + cfg.damping * a_next
         low = a_next < floor
         counts["precision_clipped"].append(low.sum())
         a_next = torch.where(low, floor, a_next)
-        move = omega * (s.mean(0) + a_bar * (m - mu_t)) / ((1 + alpha) * a_next)
-        bound = max_step * a_next.rsqrt()
+        g_mom = g_mom * b1 + (1 - b1) * g_lik.mean(0)
+        g = g_mom / debias + s_p + a_bar * (m - mu_t)
+        move = omega * g / ((1 + alpha) * a_next)
+        bound = cfg.max_step * a_next.rsqrt()
         far = move.abs() > bound
         counts["step_clipped"].append(far.sum())
         mu_next = mu + torch.where(far, bound.copysign(move), move)
         steps.append(((mu_next - mu).abs() * a_next.sqrt()).max())
-        return a_next, mu_next
+        return a_next, mu_next, g_mom
 
-    steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
-    a_cur = tree_map(lambda r: (-2 * r).exp(), lam.rho)
-    a_next, mu_next = unzip_pairs(tree_map(update, a_cur, lam.mu, anchor.mu, anchor.rho, curv,
-                                      weight, scores, m1, a_min))
+    a_next, mu_next, momentum = _unzip(tree_map(
+        update, lam.mu, lam.rho, anchor.mu, anchor.rho, curv, weight, lik, prior.score, m1,
+        state.momentum, a_min), 3)
     new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: -0.5 * a.log(), a_next))
+    state = dataclasses.replace(state, curvature=curv, weight=weight, momentum=momentum)
+    if not cfg.guard:
+        summary = torch.stack([torch.stack(v).sum().double() for v in counts.values()]).tolist()
+        return new, state, {**dict(zip(counts, summary)), "omega": omega}
     summary = torch.stack([torch.stack(v).sum().double() for v in counts.values()]
                           + [torch.stack(steps).max().double()]).tolist()
     info = {**dict(zip(counts, summary[:-1])), "omega": omega}
-    delta = summary[-1]
+    return (*guard(new, state, summary[-1], t), info)
+
+
+def guard(new: DiagGaussianParams, state: ClosedFormState, delta: float,
+          t: int) -> tuple[DiagGaussianParams, ClosedFormState]:
+    """The divergence guard of a Target (module docstring): the step's λ and state, or the
+    restored ones after a back-off."""
     if not math.isfinite(delta) or not all_finite(new):
-        lam_b, state_b = back_off(state, t, "μ or σ became non-finite")
-        return lam_b, state_b, info
+        return back_off(state, t, "μ or σ became non-finite")
     delta_sum = state.delta_sum + delta
-    state = dataclasses.replace(state, curvature=curv, weight=weight)
     window_steps = state.window_steps + 1
     if window_steps < GUARD_WINDOW:
-        return new, dataclasses.replace(state, delta_sum=delta_sum,
-                                        window_steps=window_steps), info
+        return new, dataclasses.replace(state, delta_sum=delta_sum, window_steps=window_steps)
     mean = delta_sum / window_steps
     moving = _median_log_sigma_change(new, state.saved_cur) > SETTLED_LOG_SIGMA
     grew = not moving and bool(torch.isfinite(state.prev_mean)) and mean > GUARD_TOL \
         and mean > GUARD_GROWTH * state.prev_mean.clamp_min(GUARD_TOL)
     grown = state.grown + 1 if grew else 0
     if grown >= GUARD_PATIENCE:
-        lam_b, state_b = back_off(state, t, f"the mean step grew {GUARD_PATIENCE} windows in a "
-                                  f"row, to {float(mean):.3g}")
-        return lam_b, state_b, info
+        return back_off(state, t, f"the mean step grew {GUARD_PATIENCE} windows in a row, to "
+                        f"{float(mean):.3g}")
     return new, dataclasses.replace(state, saved_prev=state.saved_cur, saved_cur=new,
                                     delta_sum=torch.zeros_like(delta_sum), prev_mean=mean,
-                                    grown=grown, window_steps=0), info
+                                    grown=grown, window_steps=0)
+
+
+def _unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
+    """Split a ``tree_map`` result of ``n``-tuples into ``n`` trees."""
+    if isinstance(out, tuple):
+        return out
+    return tuple({k: v[i] for k, v in out.items()} for i in range(n))
 
 
 def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -> float:
@@ -202,7 +257,7 @@ def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -
 
 
 def back_off(state: ClosedFormState, t: int, why: str
-              ) -> tuple[DiagGaussianParams, ClosedFormState]:
+             ) -> tuple[DiagGaussianParams, ClosedFormState]:
     halvings = state.halvings + 1
     if halvings > GUARD_MAX_HALVINGS:
         raise NonFiniteError(
@@ -222,5 +277,6 @@ def back_off(state: ClosedFormState, t: int, why: str
         prev_mean=torch.full_like(state.prev_mean, math.nan), grown=0, window_steps=0)
 
 
-__all__ = ["ClosedFormState", "GUARD_MAX_HALVINGS", "GUARD_WINDOW", "back_off", "curvature",
-           "init", "step"]
+__all__ = ["CURVATURE_UPDATES", "ClosedFormState", "ESTIMATORS", "GUARD_MAX_HALVINGS",
+           "GUARD_WINDOW", "Settings", "anchor_covariance", "back_off", "curvature", "init",
+           "step"]
