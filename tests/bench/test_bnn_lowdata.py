@@ -52,7 +52,7 @@ def _records(prox_ece, advi_ece, prox_moved=30.0):
     out = []
     for seed, (p, a) in enumerate(zip(prox_ece, advi_ece)):
         for label, ece, moved in (("score_vi_prox", p, prox_moved), ("advi", a, 5.0),
-                                  ("map", 0.2, None), ("advi_stl", 0.15, 1.0)):
+                                  ("map", 0.2, None), ("ivon", 0.15, 1.0)):
             out.append({"model": "mlp", "n": 500, "label": label, "seed": seed, "status": "ok",
                         "error": 0.1 + 0.001 * seed, "nll": 10 * ece, "ece": ece,
                         "sigma_moved": moved})
@@ -62,7 +62,7 @@ def _records(prox_ece, advi_ece, prox_moved=30.0):
 def test_claims_pair_seeds_and_carry_controls():
     records = _records([0.05, 0.06, 0.04], [0.10, 0.12, 0.11])
     rows = [bnn_lowdata_report.summarize([r for r in records if r["label"] == label], {})
-            for label in ("score_vi_prox", "advi", "map", "advi_stl")]
+            for label in ("score_vi_prox", "advi", "map", "ivon")]
     claims = compute_claims(records, rows)
     assert set(claims) == {"comparable_error", "lower_ece", "lower_nll"}
     cell = claims["lower_ece"]["cells"][0]
@@ -76,8 +76,13 @@ def test_claims_pair_seeds_and_carry_controls():
     claims = compute_claims(records, rows)
     assert claims["lower_nll"]["cells"][0]["paired_seeds"] == 2
     assert claims["lower_nll"]["cells"][0]["sigma_warning"]
-    text = bnn_lowdata_report.claims_markdown(claims, 1e-3)
+    text = bnn_lowdata_report.claims_markdown(claims, "advi")
     assert "## Claims" in text and "MAP-like" in text and "**supported**" in text
+    against_ivon = compute_claims(records, rows, "ivon")
+    assert against_ivon["lower_ece"]["cells"][0]["mean_diff"] == pytest.approx(
+        0.05 - 0.15)  # every seed pairs: the failed run was advi's
+    assert against_ivon["lower_ece"]["cells"][0]["paired_seeds"] == 3
+    assert "lower ECE than ivon" in against_ivon["lower_ece"]["text"]
 
 
 def test_summary_keeps_failures():
@@ -98,10 +103,13 @@ def test_plans_and_registration():
     assert quick.models == ("mlp",) and quick.sizes == (1000,) and quick.seeds == 1
     assert not quick.tune and full.tune and full.sizes == (500, 1000, 2000)
     assert full.seeds == 3 and full.test_size is None and full.ood_points == 2000
-    assert quick.steps["mlp"] < full.steps["mlp"]
+    assert full.protocols == ("a", "b") and bnn_lowdata.PROTOCOLS == {"a": 1e-3, "b": 1.0}
+    assert [full.steps(n) for n in full.sizes] == [400, 800, 1600]  # 100 epochs of batch 128
+    assert quick.steps(1000) < full.steps(1000)
     sizes = {len(bnn_lowdata.GRIDS[k]) for k in bnn_lowdata.GRIDS}
     assert sizes == {3}  # every tuned row: a grid of the same size
     assert bnn_lowdata.METHODS["score_vi_prox"] == ("score_vi", {"solver": "closed_form"})
+    assert {"ivon", "ivon_opt", "laplace"} <= set(bnn_lowdata.METHODS)
     hyper = bnn_lowdata.hyper_for("cnn", "csghmc", {})
     assert hyper["lr"] == 0.05 and "init_std" not in hyper
     assert bnn_lowdata.hyper_for("mlp", "advi", {"lr": 0.01})["init_std"] == \
@@ -109,33 +117,39 @@ def test_plans_and_registration():
 
 
 def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
+    """Both protocols, the VI rows, the peers (run by their own libraries), convergence."""
     monkeypatch.setattr(bnn_lowdata, "warm_up", lambda: None)
-    plan = bnn_lowdata.Plan(("mlp",), (60,), 1, {"mlp": 6}, tune=True,
-                            methods=("map", "advi", "score_vi_prox"), test_size=100,
+    methods = ("map", "advi", "score_vi_prox", "ivon", "ivon_opt", "laplace")
+    plan = bnn_lowdata.Plan(("mlp",), (60,), 1, 2, tune=True, methods=methods, test_size=100,
                             ood_points=50)
     rows = bnn_lowdata.run(tmp_path, plan=plan, echo=False)
-    assert [r["method"] for r in rows] == ["map", "advi", "score_vi_prox"]
-    for r in rows[:2]:
-        assert r["status"] == "ok" and r["seeds"] == 1 and 0 <= r["error"] <= 1
+    assert [(r["protocol"], r["method"]) for r in rows] == [(p, m) for p in "ab"
+                                                             for m in methods]
+    for r in rows:
+        assert r["status"] == "ok" and r["seeds"] == 1 and 0 <= r["error"] <= 1, r
         assert 0 <= r["ood_auroc"] <= 1 and r["nll"] > 0 and "ece_std" not in r
-    assert rows[1]["sigma_moved"] > 0 and rows[1]["chosen"]["lr"] in bnn_lowdata.LR_GRID
+    for r in (r for r in rows if r["method"] in bnn_lowdata.VI_ROWS):
+        assert r["sigma_moved"] > 0 and 0 <= r["unconverged"] <= 1 and "/1" in r["converged"]
+    assert rows[1]["chosen"]["lr"] in bnn_lowdata.LR_GRID
+    assert rows[4]["chosen"] == rows[3]["chosen"]  # ivon_opt runs at ivon's point
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["suite"] == "bnn-lowdata" and "bnn-lowdata" in results["command"]
-    assert len(results["tuning"]) == 9 and {r["phase"] for r in results["tuning"]} == {"tune"}
-    assert len(results["runs"]) == 3 and set(results["claims"]) == set(
-        bnn_lowdata_report.CLAIMS)
-    for claim in results["claims"].values():  # one seed: no standard error
-        assert claim["overall"] == "inconclusive"
+    assert len(results["tuning"]) == 2 * 4 * 3 and {r["phase"] for r in results["tuning"]} == \
+        {"tune"}
+    assert len(results["runs"]) == 12 and set(results["claims"]) == {"advi", "ivon"}
+    for claims in results["claims"].values():  # one seed: no standard error
+        assert {c["overall"] for c in claims.values()} == {"inconclusive"}
     text = (tmp_path / "results.md").read_text()
     for column in ("error (%)", "nll", "ece", "brier", "OOD AUROC", "seconds", "σ median",
-                   "σ moved", "chosen", "## Claims", "advi_stl"):
+                   "σ moved", "chosen", "## Claims (score_vi_prox against advi)",
+                   "## Claims (score_vi_prox against ivon)", "unconverged", "laplace"):
         assert column in text
 
 
 @pytest.mark.slow  # 2 minutes on 2 cores: `make test-slow`
 def test_a_last_layer_flow_row_reports_its_monte_carlo_sigma(tmp_path, monkeypatch):
     monkeypatch.setattr(bnn_lowdata, "warm_up", lambda: None)
-    plan = bnn_lowdata.Plan(("mlp",), (60,), 1, {"mlp": 4}, tune=False,
+    plan = bnn_lowdata.Plan(("mlp",), (60,), 1, 4, tune=False, protocols=("b",),
                             methods=("advi", "advi_flow"), test_size=100, ood_points=50)
     rows = bnn_lowdata.run(tmp_path, plan=plan, echo=False)
     diag, flow = rows

@@ -1,62 +1,54 @@
 """The ``bnn-lowdata`` suite: BNNs on small MNIST training sets, score-based VI against the rest.
 
 The low-data MNIST experiment of the score-based VI paper (M. Kim, arXiv 2602.05873):
-does ``score_vi`` with its closed-form proximal solver (``score_vi_prox``) reach ADVI's test
-error with better calibration (lower ECE and NLL)? The suite measures it next to the
-controls that tell a real posterior from a point estimate.
+does ``score_vi`` with its closed-form proximal solver (``score_vi_prox``, at the defaults
+``bdlkit bench score-vi-study`` chose) reach ADVI's test error with better calibration
+(lower ECE and NLL)? And against IVON, the natural-gradient VI it is a member of? The suite
+measures it next to the controls that tell a real posterior from a point estimate.
 
 Data: :func:`bdlkit.data.images.load_mnist` with ``train_size`` n in {500, 1000, 2000} and
 split seed = the run's seed; the test set is the rest of the 10 000 shipped images (full
 runs; ``--quick`` caps it at 2 000). OOD: the first :data:`OOD_POINTS` (2 000) notMNIST
 letters (:func:`~bdlkit.data.images.load_notmnist`; the file is shuffled, so they are
-class-balanced), AUROC of the predictive entropy (``metrics.ood_metrics``, as in the ``l2e``
-suite). Models: MLP 784-100-10 and the L2E-family CNN ``ConvNet(width=4, depth=1)`` (3x3 conv
-with 4 channels, 2x2 max-pool, 784-20-10 head: the cheapest member of the family; measured
-with one thread its step costs 1.5-2.5x an MLP step, width 8 or depth 2 about twice that
-again, which the budget below cannot pay), prior N(0, 1), T = 1, batch 128, the network's
-initialisation seeded by the run's seed. Every method runs the same number of steps
-(:data:`STEPS`: 600 for the MLP, 400 for the CNN; quick: 300) and is scored by its BMA predictive over
-:data:`EVAL_DRAWS` draws (VI: 16 draws of q; sghmc/l2e: 16 draws thinned from the second
-half; csghmc: 4 per cycle; ensemble: its 5 members; MAP: the point).
+class-balanced), AUROC of the predictive entropy (``metrics.ood_metrics``). Models: MLP
+784-100-10 and the L2E-family CNN ``ConvNet(width=4, depth=1)``, prior N(0, 1), batch 128,
+the network's initialisation seeded by the run's seed. Every method runs
+:data:`EPOCHS` (100) epochs, BayesDLL's MNIST budget (400, 800 and 1 600 steps at n =
+500, 1 000, 2 000), and is scored by its BMA predictive over :data:`EVAL_DRAWS` draws.
 
-Methods (:data:`METHODS`, label -> (method, fixed hyper)): ``map``; ``advi``, ``advi_stl``
-(sticking the landing), ``score_vi_grad`` (score_vi's gradient solver, Adam) and
-``score_vi_prox`` (the closed-form solver), all four from the same q₀ (σ₀ =
-:data:`INIT_STD`); ``sghmc`` (lr 0.005, α 0.1, the ``digits``/``l2e`` suites'), ``csghmc`` (4
-cycles, its default lr 0.5 on the MLP and 0.05 on the CNN, where 0.5 diverges as in the
-``l2e`` suite's CIFAR-10 task), ``l2e`` (the shipped meta-parameters and their constants) and
-``ensemble`` (5 members, lr 1e-3); ``advi_flow`` and ``score_vi_flow``, the two with a
-neural spline flow on the last layer (784-100-**10**: 1 010 weights) and a diagonal
-Gaussian on the rest (``family="flow"``, its defaults; σ of the flow rows: Monte Carlo
-marginal stds). Samplers and the ensemble keep these fixed hyperparameters (no tuning).
+**Protocols** (:data:`PROTOCOLS`): ``a``, the paper author's (BayesDLL's MNIST example: the
+likelihood weighted by 1/kld, kld = 1e-3, ``BayesianModel(kld=...)``), and ``b``, the
+posterior itself (kld = 1). T = 1 in both.
 
-Tuning, never on the test split: for each (model, n), 20 % of the first seed's training
-images are held out as validation; every grid point of a tuned row runs on the other 80 %
-(same steps) and the point with the lowest validation NLL is kept (recorded as ``chosen``
-in the rows, every grid run in ``results.json``). Grids of the same size: ``map``,
-``advi``, ``advi_stl``, ``score_vi_grad``, ``advi_flow``, ``score_vi_flow`` over
-:data:`LR_GRID`; ``score_vi_prox`` over its
-damping :data:`OMEGA_GRID`. The chosen point then runs on :data:`SEEDS` seeds (seed s:
-network init, data order, algorithm noise and the split seed).
+Rows (:data:`METHODS`): ``map``; ``advi``; ``score_vi_prox`` (the closed form at its
+defaults); ``ivon`` (bdlkit's, at its defaults); the peers (:mod:`bdlkit.bench.peers`, run by
+their own libraries on the same data, steps and draws): ``ivon_opt`` (ivon-opt's loop at
+ivon's chosen point) and ``laplace`` (laplace-torch's last-layer KFAC Laplace on the MAP
+network of the same seed, prior precision by marginal likelihood); ``sghmc`` (lr 0.005,
+α 0.1), ``csghmc`` (4 cycles; lr 0.05 on the CNN), ``l2e`` (the shipped meta-parameters)
+and ``ensemble`` (5 members, lr 1e-3).
+
+Tuning, never on the test split: for each (protocol, model, n), 20 % of the first seed's
+training images are held out as validation; every grid point of a tuned row
+(:data:`GRIDS`, three points each) runs on the other 80 % and the point with the lowest
+validation NLL is kept (``chosen``; every grid run is in ``results.json``). The chosen
+point then runs on :data:`SEEDS` seeds (seed s: network init, data order, noise, split).
 
 Per row, mean ± std over seeds: test error, NLL, top-label ECE (15 bins), Brier, OOD AUROC,
-training seconds, and for the VI rows the 10/50/90 % quantiles of σ over all weights
-(:func:`bdlkit.families.diag_gaussian.sigma_summary`) and σ moved = median σ / σ₀. The
-claims and their verdicts: :mod:`bdlkit.bench.bnn_lowdata_report`. A failing run keeps its
-record with the error in ``status``.
+training seconds, and for the VI rows the 10/50/90 % quantiles of σ, σ moved = median σ /
+the row's own median σ₀, and **convergence**: the fraction of weights whose ELBO gradient
+at the final q, with the full-data score, still asks for a significant Newton step
+(:func:`bdlkit.engine.vi_checks.stationarity`; "converged" below 1 %). The claims and
+verdicts: :mod:`bdlkit.bench.bnn_lowdata_report`. A failing run keeps its record.
 
-``--quick``: n = 1000, MLP only, one seed, no tuning (the middle grid point), 300 steps.
-
-Budget, measured with one torch thread on the 2-core development machine: at 600 steps and
-all 10 000 OOD images one (model, n) cell (15 tuning runs, then 9 methods × 3 seeds) took
-542 s for the MLP and 1 065 s for the CNN. Evaluating the conv net over test + OOD images
-× draws dominates, hence 2 000 OOD images and 400 CNN steps. The wall time of the committed
-run is in its ``results.json``.
+``--quick``: n = 1000, MLP only, protocol a, one seed, no tuning (the middle grid point),
+10 epochs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 import warnings
@@ -67,45 +59,59 @@ import torch
 from torch import Tensor
 
 from bdlkit import infer, metrics, models
+from bdlkit.algorithms import get_method
+from bdlkit.algorithms.options import options
 from bdlkit.bench import bnn_lowdata_report as report
+from bdlkit.bench import peers
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.data.images import load_mnist, load_notmnist
-from bdlkit.families.diag_gaussian import DiagGaussianParams, sigma_summary
+from bdlkit.engine.vi_checks import stationarity
+from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.metrics.ood import ood_auroc
 from bdlkit.problems import BayesianModel
 
-DESCRIPTION = ("BNNs on 500-2000 MNIST images (MLP, CNN): score_vi's closed-form prox against "
-               "ADVI, MAP, SG-MCMC, L2E and ensembles (error, NLL, ECE, OOD, σ)")
-INIT_STD = 1e-2  # σ₀ of every VI row (advi's and score_vi's default)
+DESCRIPTION = ("BNNs on 500-2000 MNIST images (MLP, CNN), BayesDLL's kld 1e-3 and kld 1: "
+               "score_vi's closed form against ADVI, IVON, peers, SG-MCMC, L2E, ensembles")
+INIT_STD = 1e-2  # σ₀ of the ADVI row (its default)
 LR_GRID = (3e-3, 1e-2, 3e-2)
-OMEGA_GRID = (0.01, 0.03, 0.1)
+OMEGA_GRID = (0.03, 0.1, 0.3)
+IVON_LR_GRID = (0.01, 0.03, 0.1)
 EVAL_DRAWS = 16
 VAL_FRACTION = 0.2
 SEEDS = 3
 SIZES = (500, 1000, 2000)
-STEPS = {"mlp": 600, "cnn": 400}
+EPOCHS = 100
+BATCH = 128
+PROTOCOLS = {"a": 1e-3, "b": 1.0}  # protocol -> kld
+CONVERGENCE_DRAWS = 16  # fresh draws of the stationarity check (8 antithetic pairs)
+CONVERGED_BELOW = 0.01  # converged: fewer weights than this fraction still far from stationary
 OOD_POINTS = 2000  # the first notMNIST images (a shuffled, class-balanced prefix)
-#: label -> (registered method, fixed hyperparameters).
+#: label -> (registered method, fixed hyperparameters); "peer:" rows are run by peers.py
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "map": ("map", {}),
     "advi": ("advi", {}),
-    "advi_stl": ("advi", {"stl": True}),
-    "score_vi_grad": ("score_vi", {"solver": "gradient"}),
     "score_vi_prox": ("score_vi", {"solver": "closed_form"}),
+    "ivon": ("ivon", {}),
+    "ivon_opt": ("peer:ivon_opt", {}),
+    "laplace": ("peer:laplace", {}),
     "sghmc": ("sghmc", {"lr": 0.005, "alpha": 0.1}),
     "csghmc": ("csghmc", {"cycles": 4, "samples_per_cycle": EVAL_DRAWS // 4}),
     "l2e": ("l2e", {}),
     "ensemble": ("ensemble", {"members": 5, "lr": 1e-3}),
-    "advi_flow": ("advi", {"family": "flow"}),
-    "score_vi_flow": ("score_vi", {"family": "flow"}),
+    "advi_flow": ("advi", {"family": "flow"}),  # not in the default plan (flows on networks:
+    "score_vi_flow": ("score_vi", {"family": "flow"}),  # bench timeseries, posteriordb)
 }
-VI_ROWS = ("advi", "advi_stl", "score_vi_grad", "score_vi_prox", "advi_flow", "score_vi_flow")
-_LR = tuple({"lr": lr} for lr in LR_GRID)
+ROWS = tuple(label for label in METHODS if not label.endswith("_flow"))  # the default plan
+VI_ROWS = ("advi", "score_vi_prox", "ivon", "ivon_opt", "advi_flow", "score_vi_flow")
 #: Tuned rows and their grids (the others run their fixed hyperparameters only).
 GRIDS: dict[str, tuple[dict[str, Any], ...]] = {
-    "map": _LR, "advi": _LR, "advi_stl": _LR, "score_vi_grad": _LR,
+    "map": tuple({"lr": lr} for lr in LR_GRID),
+    "advi": tuple({"lr": lr} for lr in LR_GRID),
     "score_vi_prox": tuple({"omega": w} for w in OMEGA_GRID),
-    "advi_flow": _LR, "score_vi_flow": _LR,
+    "ivon": tuple({"lr": lr} for lr in IVON_LR_GRID),
 }
+#: peer rows that take another row's chosen point (ivon-opt runs at ivon's)
+SHARES = {"ivon_opt": "ivon", "laplace": "map"}
 #: Per-model overrides of the fixed hyperparameters.
 MODEL_HYPER: dict[str, dict[str, dict[str, Any]]] = {"cnn": {"csghmc": {"lr": 0.05}}}
 THINNED = ("sghmc", "l2e")  # samplers whose draws are thinned to EVAL_DRAWS
@@ -119,19 +125,24 @@ class Plan:
     models: tuple[str, ...]
     sizes: tuple[int, ...]
     seeds: int
-    steps: dict[str, int]
+    epochs: int
     tune: bool
-    methods: tuple[str, ...] = tuple(METHODS)
+    protocols: tuple[str, ...] = tuple(PROTOCOLS)
+    methods: tuple[str, ...] = ROWS
     test_size: int | None = None  # None: the rest of the 10k images
     ood_points: int | None = None  # first notMNIST images (None: all)
+
+    def steps(self, n: int) -> int:
+        """The steps of ``epochs`` epochs of batch :data:`BATCH` on ``n`` images."""
+        return self.epochs * -(-n // BATCH)
 
 
 def make_plan(quick: bool) -> Plan:
     """The full plan, or ``--quick``'s (module docstring)."""
     if quick:
-        return Plan(("mlp",), (1000,), 1, {"mlp": 300}, tune=False, test_size=2000,
+        return Plan(("mlp",), (1000,), 1, 10, tune=False, protocols=("a",), test_size=2000,
                     ood_points=OOD_POINTS)
-    return Plan(("mlp", "cnn"), SIZES, SEEDS, dict(STEPS), tune=True, ood_points=OOD_POINTS)
+    return Plan(("mlp", "cnn"), SIZES, SEEDS, EPOCHS, tune=True, ood_points=OOD_POINTS)
 
 
 def make_net(model: str, input_shape: tuple[int, ...], seed: int) -> torch.nn.Module:
@@ -146,82 +157,158 @@ def make_net(model: str, input_shape: tuple[int, ...], seed: int) -> torch.nn.Mo
 
 
 def hyper_for(model: str, label: str, point: dict[str, Any]) -> dict[str, Any]:
-    """The full hyperparameters of ``label`` at grid ``point`` (σ₀ for the VI rows)."""
+    """The full hyperparameters of ``label`` at grid ``point`` (σ₀ for the ADVI row)."""
     fixed = METHODS[label][1]
     hyper = {**fixed, **MODEL_HYPER.get(model, {}).get(label, {}), **point}
-    if label in VI_ROWS:
+    if label in ("advi", "advi_flow", "score_vi_flow"):
         hyper["init_std"] = INIT_STD
     return hyper
 
 
 # ------------------------------------------------------------------------ runs
 def fit_and_score(model: str, label: str, point: dict[str, Any], train: tuple[Tensor, Tensor],
-                  evals: dict[str, Tensor | None], steps: int, seed: int) -> dict[str, Any]:
+                  evals: dict[str, Tensor | None], steps: int, seed: int,
+                  protocol: str) -> dict[str, Any]:
     """One run of ``label`` on ``train`` scored on ``evals`` (``x``, ``y``, optional
-    ``ood``); a failure becomes the record's ``status``."""
+    ``ood``) under ``protocol``; a failure becomes the record's ``status``."""
     method, _ = METHODS[label]
     hyper = hyper_for(model, label, point)
     record: dict[str, Any] = {"label": label, "method": method, "hyper": hyper, "status": "ok"}
     try:
+        if method.startswith("peer:"):
+            record.update(_peer(model, label, hyper, train, evals, steps, seed, protocol))
+            return record
         x, y = train
-        problem = BayesianModel(make_net(model, tuple(x.shape[1:]), seed), "categorical",
-                                prior=1.0, num_data=len(x))
+        problem = make_problem(model, train, seed, protocol)
         keep = {"thin": max(1, (steps - steps // 2) // EVAL_DRAWS),
                 "max_samples": EVAL_DRAWS} if label in THINNED else {}
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:  # kept in the record, not echoed
             warnings.simplefilter("always")
-            result = infer(problem, method, data=(x, y), steps=steps, seed=seed, **keep,
-                           **hyper)
+            result = infer(problem, method, data=(x, y), steps=steps, seed=seed,
+                           batch_size=BATCH, **keep, **hyper)
         record["train_s"] = time.perf_counter() - start
         if caught:
             record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
                                          for w in caught})
         start = time.perf_counter()
-        record.update(score(result, evals, label in VI_ROWS))
+        record.update(score(result.predictive(evals["x"], num_samples=EVAL_DRAWS),
+                            evals, lambda xs: result.predictive(xs, num_samples=EVAL_DRAWS)))
+        if label in VI_ROWS:
+            q = result.algorithm.approximation(result.state)
+            q0 = result.algorithm.approximation(result.algorithm.init(
+                generator=torch.Generator().manual_seed(seed)))
+            record.update(sigma_quantiles(q, q0), **convergence(problem, q, train))
         record["eval_s"] = time.perf_counter() - start
     except Exception as err:  # noqa: BLE001 - a failing method keeps its record
         record["status"] = f"error: {type(err).__name__}: {str(err)[:300]}"
     return record
 
 
-def score(result: Any, evals: dict[str, Tensor | None], vi: bool) -> dict[str, float]:
-    """Error, NLL, ECE and Brier of the BMA on ``evals["x"]``, OOD AUROC against
-    ``evals["ood"]`` when given, and σ's quantiles for a VI result."""
-    pred = result.predictive(evals["x"], num_samples=EVAL_DRAWS)
-    values = metrics.classification_metrics(pred.probs, evals["y"], pred.log_probs)
-    out = {"error": 1.0 - values["accuracy"], **{k: values[k] for k in ("nll", "ece", "brier")},
-           "draws": pred.num_samples}
-    if evals.get("ood") is not None:
-        ood = result.predictive(evals["ood"], num_samples=EVAL_DRAWS)
-        out["ood_auroc"] = metrics.ood_metrics(pred, ood)["ood_auroc"]
-    if vi:
-        out.update(sigma_quantiles(result))
+def make_problem(model: str, train: tuple[Tensor, Tensor], seed: int,
+                 protocol: str) -> BayesianModel:
+    """The posterior of ``model`` on ``train`` under ``protocol`` (its KL discount)."""
+    x, _ = train
+    return BayesianModel(make_net(model, tuple(x.shape[1:]), seed), "categorical", prior=1.0,
+                         num_data=len(x), kld=PROTOCOLS[protocol])
+
+
+def _peer(model: str, label: str, hyper: dict[str, Any], train: tuple[Tensor, Tensor],
+          evals: dict[str, Tensor | None], steps: int, seed: int,
+          protocol: str) -> dict[str, Any]:
+    """A peer row (:mod:`bdlkit.bench.peers`): trained and scored like the others."""
+    why = peers.missing(label)
+    if why is not None:
+        return {"status": f"skipped: {why}"}
+    x, _ = train
+    kld, start = PROTOCOLS[protocol], time.perf_counter()
+    shape = tuple(x.shape[1:])
+    if label == "ivon_opt":
+        defaults = {o.name: o.default for o in options(get_method("ivon").ALGORITHM)}
+        lr, h0 = hyper.get("lr", defaults["lr"]), hyper.get("hess_init", defaults["hess_init"])
+        net, opt = peers.ivon_opt_fit(lambda: make_net(model, shape, seed), train, steps=steps,
+                                      batch_size=BATCH, seed=seed, lr=lr, hess_init=h0, kld=kld)
+        train_s = time.perf_counter() - start
+
+        def predict(xs: Tensor) -> Tensor:
+            return peers.ivon_opt_probs(net, opt, xs, EVAL_DRAWS, seed)
+
+        ess = len(x) / kld
+        q = _ivon_opt_q(net, opt, ess)
+        sigma0 = (ess * (h0 + opt.param_groups[0]["weight_decay"])) ** -0.5
+        q0 = DiagGaussian(DiagGaussianParams(mu=q.params.mu, rho={
+            k: torch.full_like(v, math.log(sigma0)) for k, v in q.params.rho.items()}))
+        return {"train_s": train_s, **score(predict(evals["x"]), evals, predict),
+                **sigma_quantiles(q, q0),
+                **convergence(make_problem(model, train, seed, protocol), q, train)}
+    result = infer(make_problem(model, train, seed, protocol), "map", data=train, steps=steps,
+                   seed=seed, batch_size=BATCH, **hyper)
+    net = make_net(model, shape, seed)
+    net.load_state_dict(dict(result.params), strict=False)
+    la = peers.laplace_fit(net, train, batch_size=BATCH, kld=kld)
+    train_s = time.perf_counter() - start
+
+    def predict_la(xs: Tensor) -> Tensor:
+        return peers.laplace_probs(la, xs, EVAL_DRAWS, seed)
+
+    return {"train_s": train_s, **score(predict_la(evals["x"]), evals, predict_la)}
+
+
+def _ivon_opt_q(net: torch.nn.Module, opt: Any, ess: float) -> DiagGaussian:
+    """ivon-opt's q as a diagonal Gaussian over the network's named parameters."""
+    group = opt.param_groups[0]
+    sigma = (ess * (group["hess"] + group["weight_decay"])).rsqrt()
+    mu, rho, offset = {}, {}, 0
+    for name, p in net.named_parameters():
+        mu[name] = p.detach().clone()
+        rho[name] = sigma[offset:offset + p.numel()].view(p.shape).log()
+        offset += p.numel()
+    return DiagGaussian(DiagGaussianParams(mu=mu, rho=rho))
+
+
+def score(probs: Any, evals: dict[str, Tensor | None], predict: Any) -> dict[str, float]:
+    """Error, NLL, ECE and Brier of the BMA ``probs`` (class probabilities or a predictive)
+    on ``evals["y"]``; the OOD AUROC of ``predict(evals["ood"])`` when given."""
+    p = getattr(probs, "probs", probs)
+    values = metrics.classification_metrics(p, evals["y"], getattr(probs, "log_probs", None))
+    out = {"error": 1.0 - values["accuracy"], **{k: values[k] for k in ("nll", "ece", "brier")}}
+    if evals.get("ood") is not None:  # the AUROC of the BMA's predictive entropy
+        ood = predict(evals["ood"])
+        out["ood_auroc"] = ood_auroc(p, getattr(ood, "probs", ood))
     return out
 
 
-def sigma_quantiles(result: Any) -> dict[str, float]:
-    """σ's 10/50/90 % quantiles over all weights: the diagonal Gaussian's own σ, a flow's
-    marginal stds by Monte Carlo (4 096 draws), and the median over σ₀."""
-    lam = result.state.lam
-    if isinstance(lam, DiagGaussianParams):
-        rows = sigma_summary(lam)
-        sig = next(r for r in rows if r["tensor"] == "all") if len(rows) > 1 else rows[0]
-        q10, median, q90 = sig["q10"], sig["median"], sig["q90"]
-    else:
-        std = result.algorithm.approximation(result.state).std
-        values = torch.cat([v.reshape(-1) for v in std.values()]).double()
-        q10, median, q90 = torch.quantile(values, torch.tensor([0.1, 0.5, 0.9],
-                                                               dtype=torch.float64)).tolist()
+def sigma_quantiles(q: Any, q0: Any) -> dict[str, float]:
+    """σ's 10/50/90 % quantiles over all weights and σ moved = median σ / median σ₀."""
+    def values(approx: Any) -> Tensor:
+        return torch.cat([v.reshape(-1) for v in approx.std.values()]).double()
+
+    q10, median, q90 = torch.quantile(values(q), torch.tensor([0.1, 0.5, 0.9],
+                                                              dtype=torch.float64)).tolist()
     return {"sigma_q10": q10, "sigma_median": median, "sigma_q90": q90,
-            "sigma_moved": median / INIT_STD}
+            "sigma_moved": median / float(values(q0).median())}
 
 
-def select(plan: Plan, model: str, n: int, seed: int,
+def result_sigma(result: Any) -> dict[str, float]:
+    """:func:`sigma_quantiles` of a VI result, against the q its algorithm starts from."""
+    algorithm = result.algorithm
+    start = algorithm.init(generator=torch.Generator().manual_seed(0))
+    return sigma_quantiles(algorithm.approximation(result.state), algorithm.approximation(start))
+
+
+def convergence(problem: BayesianModel, q: Any, train: tuple[Tensor, Tensor]) -> dict[str, Any]:
+    """The stationarity of the ELBO at ``q`` with the full-data score (module docstring)."""
+    summary = stationarity(problem, q, train, draws=CONVERGENCE_DRAWS).summary()
+    return {"unconverged": summary["unconverged"], "converged":
+            summary["unconverged"] < CONVERGED_BELOW, "mean_step_q90": summary["mean_step_q90"],
+            "log_sigma_step_q90": summary["log_sigma_step_q90"]}
+
+
+def select(plan: Plan, model: str, n: int, seed: int, protocol: str,
            echo: bool) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """The chosen grid point of every tuned row for (``model``, ``n``) and the tuning
-    records: each point trained on 80 % of seed ``seed``'s training images and ranked by
-    NLL on the other 20 %. Without tuning: the middle grid point."""
+    """The chosen grid point of every tuned row for (``protocol``, ``model``, ``n``) and the
+    tuning records: each point trained on 80 % of seed ``seed``'s training images and ranked
+    by NLL on the other 20 %. Without tuning: the middle grid point."""
     tuned = [label for label in plan.methods if label in GRIDS]
     if not plan.tune:
         return {label: GRIDS[label][len(GRIDS[label]) // 2] for label in tuned}, []
@@ -233,12 +320,14 @@ def select(plan: Plan, model: str, n: int, seed: int,
     for label in tuned:
         grid = []
         for point in GRIDS[label]:
-            rec = {"model": model, "n": n, "phase": "tune", "seed": seed, "point": point,
-                   **fit_and_score(model, label, point, train, val, plan.steps[model], seed)}
+            rec = {"protocol": protocol, "model": model, "n": n, "phase": "tune",
+                   "seed": seed, "point": point,
+                   **fit_and_score(model, label, point, train, val, plan.steps(cut), seed,
+                                   protocol)}
             records.append(rec)
             grid.append(rec)
             if echo:
-                print("  " + report.echo_line(rec), file=sys.stderr)
+                print("  " + report.echo_line(rec), file=sys.stderr, flush=True)
         ok = [r for r in grid if r["status"] == "ok"]
         best = min(ok, key=lambda r: r["nll"]) if ok else grid[len(grid) // 2]
         chosen[label] = best["point"]
@@ -247,7 +336,7 @@ def select(plan: Plan, model: str, n: int, seed: int,
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
         echo: bool = True, plan: Plan | None = None) -> list[dict[str, Any]]:
-    """Tune, run and score every (model, n, method); write the tables and the claims."""
+    """Tune, run and score every (protocol, model, n, method); write the tables and claims."""
     start = time.perf_counter()
     plan = plan or make_plan(quick)
     prepare_bench_out(out)
@@ -256,39 +345,47 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     tuning: list[dict[str, Any]] = []
     final: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
-    for model in plan.models:
-        for n in plan.sizes:
-            chosen, records = select(plan, model, n, seed, echo)
-            tuning += records
-            cell = []
-            for s in range(seed, seed + plan.seeds):
-                ds = load_mnist(train_size=n, test_size=plan.test_size, seed=s)
-                evals = {"x": ds.x_test, "y": ds.y_test, "ood": ood_x}
-                for label in plan.methods:
-                    point = chosen.get(label, {})
-                    rec = {"model": model, "n": n, "phase": "final", "seed": s, "point": point,
-                           **fit_and_score(model, label, point, ds.train(), evals,
-                                           plan.steps[model], s)}
-                    cell.append(rec)
-                    if echo:
-                        print("  " + report.echo_line(rec), file=sys.stderr)
-            final += cell
-            rows += [report.summarize([r for r in cell if r["label"] == label],
-                                      chosen.get(label, "fixed")) for label in plan.methods]
-    claims = report.compute_claims(final, rows)
+    for protocol in plan.protocols:
+        for model in plan.models:
+            for n in plan.sizes:
+                chosen, records = select(plan, model, n, seed, protocol, echo)
+                chosen.update({label: chosen[row] for label, row in SHARES.items()
+                               if row in chosen})
+                tuning += records
+                cell = []
+                for s in range(seed, seed + plan.seeds):
+                    ds = load_mnist(train_size=n, test_size=plan.test_size, seed=s)
+                    evals = {"x": ds.x_test, "y": ds.y_test, "ood": ood_x}
+                    for label in plan.methods:
+                        point = chosen.get(label, {})
+                        rec = {"protocol": protocol, "model": model, "n": n, "phase": "final",
+                               "seed": s, "point": point,
+                               **fit_and_score(model, label, point, ds.train(), evals,
+                                               plan.steps(n), s, protocol)}
+                        cell.append(rec)
+                        if echo:
+                            print("  " + report.echo_line(rec), file=sys.stderr, flush=True)
+                final += cell
+                rows += [report.summarize([r for r in cell if r["label"] == label],
+                                          chosen.get(label, "fixed")) for label in plan.methods]
+    claims = {baseline: report.compute_claims(final, rows, baseline)
+              for baseline in report.BASELINES}
     settings = {"plan": dataclasses.asdict(plan), "seed": seed, "init_std": INIT_STD,
-                "lr_grid": LR_GRID, "omega_grid": OMEGA_GRID, "eval_draws": EVAL_DRAWS,
-                "val_fraction": VAL_FRACTION, "methods": METHODS, "model_hyper": MODEL_HYPER,
-                "models": {m: MODEL_TEXT[m] for m in plan.models}, "batch_size": 128,
+                "grids": GRIDS, "eval_draws": EVAL_DRAWS, "val_fraction": VAL_FRACTION,
+                "methods": METHODS, "model_hyper": MODEL_HYPER, "protocols": PROTOCOLS,
+                "models": {m: MODEL_TEXT[m] for m in plan.models}, "batch_size": BATCH,
                 "prior_scale": 1.0, "wall_s": time.perf_counter() - start}
     setup = (f"{', '.join(MODEL_TEXT[m] for m in plan.models)} on MNIST with n in "
-             f"{list(plan.sizes)} training images, prior N(0, 1), batch 128, steps "
-             f"{plan.steps}, {plan.seeds} seed(s), "
+             f"{list(plan.sizes)} training images, prior N(0, 1), batch {BATCH}, "
+             f"{plan.epochs} epochs, protocols "
+             f"{', '.join(f'{p} (kld {PROTOCOLS[p]:g})' for p in plan.protocols)}, "
+             f"{plan.seeds} seed(s), "
              + ("tuned on a 20 % validation split of the first seed"
                 if plan.tune else "no tuning (middle grid point)")
              + f", OOD notMNIST ({plan.ood_points or 'all'} images); wall time "
              f"{settings['wall_s']:.0f} s")
-    note = "\n\n".join((*report.NOTES, report.claims_markdown(claims, INIT_STD)))
+    note = "\n\n".join((*report.NOTES, *(report.claims_markdown(c, b)
+                                          for b, c in claims.items())))
     write_results(out, "bnn-lowdata", quick, command, "BNNs on small MNIST training sets",
                   setup, rows, {"claims": claims, "settings": settings, "runs": final,
                                 "tuning": tuning},

@@ -1,26 +1,42 @@
-"""The ``score-vi-study`` suite: which solver ``score_vi`` uses by default, and why.
+"""The ``score-vi-study`` suite: the defaults of score_vi's closed form and of ivon, and what
+each ingredient of the closed form does on a network.
 
-Every solver is run next to ``advi`` on the same problem, with the same draws per step,
-seeds and step budget; nothing is tuned on a test split.
+The closed form is a natural-gradient step of the variational-online-Newton family
+(``docs/ivon.md``); before this study it lost to ADVI on every network cell and diverged
+under BayesDLL's tempered protocol. IVON (Shen et al. 2024) is the member of the family that
+works on large networks. The study gives the closed form IVON's ingredients (an initial
+curvature ``hess_init``, slow curvature averaging, a positivity-preserving average, gradient
+momentum, a cosine schedule, a trust region) and measures each.
 
-* ``gaussian``: a 20-D correlated Gaussian (λ_max(D⁻¹Λ) = 2.2, mean 3·N(0, I) away from
-  the start), q₀ = N(0, σ₀² I) with σ₀ ∈ {1e-6, 1}. Reported: the excess KL over the
-  mean-field optimum after 100, 200 and 1 000 steps. Rows: ``advi`` at lr 0.01, 0.03, 0.1
-  and 0.3, and the closed form at ω 0.1 and 0.3, both with 2 draws per step (the closed
-  form: one antithetic pair).
-* ``mnist``: MLP 784-100-10 on 800 of the first 1 000 MNIST training images, scored on
-  the other 200 (validation, not the test set), 1 000 steps of batch 128, prior N(0, 1),
-  init_std 1e-2. Reported: error, NLL, ECE, the median σ, and how the run ended. Rows:
-  ``advi`` (= the gradient solver with K = 1) at lr 3e-3, 1e-2 and 3e-2; the closed form at
-  ω 0.01, 0.03 and 0.1; K = 5 σ²-preconditioned Adam steps (the variant the audit found
-  worse than K = 1); K = 3 natural-preconditioned SGD steps (lr 0.03, one antithetic pair).
+Task: MNIST, the MLP 784-100-10, 1 000 training images (the split of seed s), prior N(0, 1),
+batch 128, 100 epochs (800 steps), a 16-draw BMA. Validation: the next 2 000 images of the
+10 000-image pool; test: the 7 000 after them (never used for a choice). Two protocols:
+``a``, BayesDLL's (the likelihood weighted by 1/kld, kld = 1e-3) and ``b``, the posterior
+itself (kld = 1).
 
-The note under the table states the default that the numbers chose.
+1. **Grids** (seed 0, validation), each of 9 points: ``advi`` lr × init_std, ``ivon`` lr ×
+   hess_init, the closed form ω × hess_init (its other options at their defaults). The
+   default of a method is the point with the lowest mean over the two protocols of its
+   validation NLL divided by the protocol's best NLL in its grid.
+2. **Ablations** (seed 0, validation): the closed form at its chosen point with one
+   ingredient changed at a time (:data:`ABLATIONS`). An ingredient's default is changed
+   only where the change lowers the validation NLL in both protocols by more than two
+   standard errors of the paired per-image difference (smaller differences are noise).
+3. **Test** (3 seeds): map, advi, ivon, the closed form at the chosen points, and
+   the closed form with α = 0 (with one draw and the Price estimate that is IVON's update:
+   ``docs/ivon.md``), error, NLL, ECE, median σ, training seconds per step.
+4. **Time per step**, the rows interleaved in one process (:data:`TIMING_ROUNDS` rounds
+   of :data:`TIMING_STEPS` steps each, the median round): advi, ivon, ivon-opt's own step,
+   the closed form (one antithetic pair) and with one draw; ratios to ivon's.
+
+``--quick``: 300 training images, protocol a only, grids of 2 points, two ablations, one
+seed, 10 epochs. The choices the numbers made are written under the table.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -28,117 +44,296 @@ from typing import Any
 
 import torch
 
-from bdlkit import infer, models
-from bdlkit.algorithms.vi import advi, score_vi
-from bdlkit.bench.common import prepare_bench_out, write_results
-from bdlkit.core.errors import NonFiniteError
-from bdlkit.data.dataset import Dataset
+from bdlkit import infer, metrics, models
+from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.data.images import load_mnist
-from bdlkit.evaluation import classification_values
-from bdlkit.families.diag_gaussian import sigma_summary
-from bdlkit.problems import BayesianModel, Target
+from bdlkit.problems import BayesianModel
 
-DESCRIPTION = "the study behind score_vi's default solver (tiny-σ₀ Gaussian, MNIST-1000 MLP)"
-F64 = torch.float64
-GAUSSIAN_ROWS = [("advi", {"lr": lr, "num_samples": 2}) for lr in (0.01, 0.03, 0.1, 0.3)] + [
-    ("score_vi", {"solver": "closed_form", "omega": w}) for w in (0.1, 0.3)]
-MNIST_ROWS = [("advi", {"lr": lr}) for lr in (3e-3, 1e-2, 3e-2)] + [
-    ("score_vi", {"solver": "closed_form", "omega": w}) for w in (0.01, 0.03, 0.1)] + [
-    ("score_vi", {"solver": "gradient", "inner_steps": 5, "alpha_max": 0.5}),
-    ("score_vi", {"solver": "gradient", "inner_steps": 3, "alpha_max": 0.5,
-                  "precondition": "natural", "optimizer": "sgd", "lr": 0.03,
-                  "num_samples": 2, "antithetic": True})]
-NOTE = ("Default chosen: solver='gradient' (K = 1, the same iterates as ADVI) with lr 1e-2 "
-        "and init_std 1e-2. On the Gaussian the closed form is scale-free: from σ₀ = 1e-6 "
-        "at ω = 0.3 its excess KL is 0.099 after 200 steps and 0.039 after 1 000, where "
-        "ADVI's best lr gives 1.34 and 0.45. On the MNIST MLP it is behind ADVI at every "
-        "ω: validation error 13.5 / 30 / 92.5 % at ω = 0.01 / 0.03 / 0.1, against 11.0 % "
-        "for ADVI at lr 1e-2. The noisy per-weight Stein curvature makes its Newton-like "
-        "mean steps unstable. K = 5 σ²-Adam inner steps are worse than K = 1 (14.5 %), and "
-        "the natural-preconditioned K-step route diverges there like the closed form, "
-        "whose first-order version it is. benchmarks/results/bnn-lowdata has the "
-        "test-set comparison.")
+DESCRIPTION = ("the defaults of score_vi's closed form and ivon: grids, ablations of IVON's "
+               "ingredients, test seeds (MNIST-1000 MLP, BayesDLL's kld 1e-3 and kld 1)")
+PROTOCOLS = {"a": 1e-3, "b": 1.0}  # protocol -> kld
+CLOSED = {"solver": "closed_form"}
+#: row -> (method, fixed options, grid)
+ROWS: dict[str, tuple[str, dict[str, Any], tuple[dict[str, Any], ...]]] = {
+    "map": ("map", {}, tuple({"lr": lr} for lr in (1e-3, 3e-3, 1e-2))),
+    "advi": ("advi", {}, tuple({"lr": lr, "init_std": s} for lr in (1e-3, 3e-3, 1e-2)
+                               for s in (1e-3, 3e-3, 1e-2))),
+    "ivon": ("ivon", {}, tuple({"lr": lr, "hess_init": h} for lr in (0.03, 0.1, 0.3)
+                               for h in (0.3, 1.0, 3.0))),
+    "closed_form": ("score_vi", CLOSED, tuple({"omega": w, "hess_init": h}
+                                              for w in (0.03, 0.1, 0.3)
+                                              for h in (0.3, 1.0, 3.0))),
+}
+#: label -> the closed form's options changed from its chosen point
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "curvature_decay 0.99": {"curvature_decay": 0.99},
+    "curvature_decay 0.9999": {"curvature_decay": 0.9999},
+    "linear average": {"curvature_update": "linear"},
+    "no momentum": {"momentum": 0.0},
+    "constant ω": {"schedule": "constant"},
+    "α = 0": {"alpha_max": 0.0},
+    "one draw (Price)": {"num_samples": 1, "antithetic": False},
+    "trust region 3σ": {"max_step": 3.0},
+    "first estimate": {"hess_init": "estimate"},
+    "before (all off)": {"hess_init": "estimate", "curvature_decay": 0.99, "momentum": 0.0,
+                         "schedule": "constant"},
+}
+IVON_FORM = {"alpha_max": 0.0, "num_samples": 1, "antithetic": False}  # docs/ivon.md
+EVAL_DRAWS = 16
+TIMING_ROUNDS, TIMING_STEPS = 10, 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one run of the study covers (:func:`make_plan`; tests pass a tiny one)."""
+
+    n: int
+    epochs: int
+    protocols: tuple[str, ...]
+    grid_points: int | None  # the first k points of each grid (None: all)
+    ablations: tuple[str, ...]
+    seeds: int
+    val_size: int = 2000
+    timing_rounds: int = TIMING_ROUNDS
+
+
+def make_plan(quick: bool) -> Plan:
+    if quick:
+        return Plan(300, 10, ("a",), 2, ("α = 0", "first estimate"), 1, val_size=1000,
+                    timing_rounds=2)
+    return Plan(1000, 100, tuple(PROTOCOLS), None, tuple(ABLATIONS), 3)
+
+
+def fit_and_score(method: str, hyper: dict[str, Any], protocol: str, seed: int, plan: Plan,
+                  split: str) -> dict[str, Any]:
+    """One run on ``split`` ("val" or "test"); a failure is kept as the record's status."""
+    ds = load_mnist(train_size=plan.n, seed=seed)
+    x_eval, y_eval = ((ds.x_test[:plan.val_size], ds.y_test[:plan.val_size]) if split == "val"
+                      else (ds.x_test[plan.val_size:], ds.y_test[plan.val_size:]))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = models.MLP(ds.input_shape, 10, hidden=(100,))
+    problem = BayesianModel(net, "categorical", prior=1.0, num_data=plan.n,
+                            kld=PROTOCOLS[protocol])
+    record: dict[str, Any] = {"protocol": protocol, "seed": seed, "split": split,
+                              "method": method, "hyper": hyper, "status": "ok"}
+    try:
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = infer(problem, method, data=ds.train(), epochs=plan.epochs, seed=seed,
+                           batch_size=128, **hyper)
+        record["train_s"] = time.perf_counter() - start
+        record["s_per_step"] = record["train_s"] / result.state.step
+        pred = result.predictive(x_eval, num_samples=EVAL_DRAWS)
+        values = metrics.classification_metrics(pred.probs, y_eval, pred.log_probs)
+        record.update(error=100 * (1 - values["accuracy"]), nll=values["nll"],
+                      ece=values["ece"])
+        logp = pred.log_probs.gather(1, y_eval[:, None]).squeeze(1)
+        record["_nll_each"] = -logp.double()  # per image: the paired test of the ablations
+        if result.algorithm.kind == "vi":
+            std = result.algorithm.approximation(result.state).std
+            record["sigma_median"] = float(torch.cat([s.reshape(-1) for s in
+                                                      std.values()]).median())
+    except Exception as err:  # noqa: BLE001 - a failing configuration keeps its record
+        record["status"] = f"error: {type(err).__name__}: {str(err)[:200]}"
+    return record
+
+
+def chosen_point(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The grid point with the lowest mean over protocols of NLL / the protocol's best NLL
+    (failed points excluded; None when every point failed)."""
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return None
+    best = {p: min(r["nll"] for r in ok if r["protocol"] == p) for p in {r["protocol"] for r in ok}}
+    score: dict[str, list[float]] = {}
+    points: dict[str, dict[str, Any]] = {}
+    for r in ok:
+        key = repr(sorted(r["point"].items()))
+        score.setdefault(key, []).append(r["nll"] / best[r["protocol"]])
+        points[key] = r["point"]
+    complete = {k: v for k, v in score.items() if len(v) == len(best)}
+    key = min(complete or score, key=lambda k: sum(score[k]) / len(score[k]))
+    return points[key]
 
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
-        echo: bool = True) -> list[dict[str, Any]]:
+        echo: bool = True, plan: Plan | None = None) -> list[dict[str, Any]]:
+    plan = plan or make_plan(quick)
     prepare_bench_out(out)
+    warm_up()
     start = time.perf_counter()
-    rows = _gaussian(seed, (100, 200) if quick else (100, 200, 1000), echo)
-    rows += _mnist(seed, 300 if quick else 1000, echo)
-    write_results(out, "score-vi-study", quick, command, "score_vi's default solver",
-                  "see the module docstring of bdlkit.bench.score_vi_study", rows,
-                  {"seed": seed, "wall_seconds": time.perf_counter() - start},
-                  floatfmt=".4g", note=NOTE)
-    return rows
 
-
-def _label(method: str, hyper: dict[str, Any]) -> str:
-    return f"{method} " + ", ".join(f"{k}={v}" for k, v in hyper.items())
-
-
-def _gaussian(seed: int, budgets: tuple[int, ...], echo: bool) -> list[dict[str, Any]]:
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(20, 20, generator=g, dtype=F64)
-    lam = a @ a.T / 20 + torch.eye(20, dtype=F64)
-    m = 3.0 * torch.randn(20, generator=g, dtype=F64)
-    target = Target(lambda th: -0.5 * (((th - m) @ lam) * (th - m)).sum(-1), dim=20, dtype=F64)
-    diag = torch.diagonal(lam)
-    rows = []
-    for init_std in (1e-6, 1.0):
-        for method, hyper in GAUSSIAN_ROWS:
-            row: dict[str, Any] = {"problem": f"gaussian σ₀={init_std:g}",
-                                   "row": _label(method, hyper)}
-            for steps in budgets:
-                alg = _build(method, target, {**hyper, "init_std": init_std}, steps)
-                state = alg.init(torch.zeros(20, dtype=F64),
-                                 generator=torch.Generator().manual_seed(seed + 1))
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    for _ in range(steps):
-                        state, _ = alg.step(state, None)
-                q = alg.approximation(state)
-                var, dm = q.std**2, q.mean - m
-                row[f"excess_kl@{steps}"] = float(0.5 * ((diag * var).sum() + dm @ lam @ dm
-                                                         - 20 - var.log().sum()
-                                                         - diag.log().sum()))
-            if echo:
-                print(f"[score-vi-study] {row}", flush=True)
-            rows.append(row)
-    return rows
-
-
-def _build(method: str, problem: Any, hyper: dict[str, Any], steps: int) -> Any:
-    alg = (advi if method == "advi" else score_vi).build(problem, **hyper)
-    return alg.for_run(steps)
-
-
-def _mnist(seed: int, steps: int, echo: bool) -> list[dict[str, Any]]:
-    full = load_mnist(train_size=1000, seed=seed)
-    x, y = full.x_train, full.y_train
-    ds = Dataset("mnist-val", "classification", x[:800], y[:800], x[800:], y[800:],
-                 num_classes=10)
-    rows = []
-    for method, hyper in MNIST_ROWS:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            net = models.MLP(ds.input_shape, 10, hidden=(100,))
-        model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
-        row: dict[str, Any] = {"problem": "mnist-800 (validation)", "row": _label(method, hyper)}
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                res = infer(model, method, data=ds, steps=steps, seed=seed, init_std=1e-2,
-                            **hyper)
-            values = classification_values(res.predictive(ds.x_test, ds.y_test), ds.y_test)
-            halved = sum("halving omega" in str(w.message) for w in caught)
-            row.update(error=1 - values["accuracy"], nll=values["nll"], ece=values["ece"],
-                       sigma_median=sigma_summary(res.state.lam)[-1]["median"],
-                       status="ok" if not halved else f"ok, omega halved {halved}x")
-        except NonFiniteError as err:
-            row.update(error=math.nan, nll=math.nan, ece=math.nan, sigma_median=math.nan,
-                       status=f"diverged: {str(err)[:80]}")
+    def go(label: str, method: str, hyper: dict[str, Any], protocol: str, s: int, split: str,
+           stage: str, point: dict[str, Any] | None = None) -> dict[str, Any]:
+        rec = {"stage": stage, "label": label, "point": point or {},
+               **fit_and_score(method, hyper, protocol, s, plan, split)}
         if echo:
-            print(f"[score-vi-study] {row}", flush=True)
+            print(f"[score-vi-study] {stage} {label} {protocol} {point or ''} seed {s}: "
+                  f"{rec['status']} err {rec.get('error', float('nan')):.2f} "
+                  f"nll {rec.get('nll', float('nan')):.4f}", file=sys.stderr, flush=True)
+        return rec
+
+    grids, chosen = [], {}
+    for label, (method, fixed, grid) in ROWS.items():
+        cell = [go(label, method, {**fixed, **point}, p, seed, "val", "grid", point)
+                for point in grid[: plan.grid_points] for p in plan.protocols]
+        grids += cell
+        chosen[label] = chosen_point(cell) or grid[0]
+    base = {**CLOSED, **chosen["closed_form"]}
+    ablations = [go(name, "score_vi", {**base, **ABLATIONS[name]}, p, seed, "val", "ablation",
+                    ABLATIONS[name]) for name in plan.ablations for p in plan.protocols]
+    ablations += [go("chosen", "score_vi", base, p, seed, "val", "ablation")
+                  for p in plan.protocols]
+    timing = time_steps(plan, plan.timing_rounds)
+    finals = []
+    for label in ("map", "advi", "ivon", "closed_form", "closed_form IVON form"):
+        row = label.split()[0]
+        method, fixed, _ = ROWS[row]
+        hyper = {**fixed, **chosen[row], **(IVON_FORM if label != row else {})}
+        finals += [go(label, method, hyper, p, s, "test", "test", chosen[row])
+                   for p in plan.protocols for s in range(seed, seed + plan.seeds)]
+    rows = summarize(finals)
+    decisions = decide(ablations, plan)
+    for record in (*grids, *ablations, *finals):
+        record.pop("_nll_each", None)
+    meta = {"plan": dataclasses.asdict(plan), "seed": seed, "chosen": chosen,
+            "decisions": decisions, "timing": timing, "grids": grids, "ablations": ablations,
+            "test": finals, "wall_s": time.perf_counter() - start}
+    write_results(out, "score-vi-study", quick, command,
+                  "the closed form's and ivon's defaults on MNIST", setup_text(plan), rows,
+                  meta, floatfmt=".4g",
+                  note=note_text(chosen, decisions, ablations, grids, timing))
+    return rows
+
+
+def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean ± std over seeds per (protocol, label) of the test runs."""
+    rows = []
+    for key in dict.fromkeys((r["protocol"], r["label"]) for r in records):
+        runs = [r for r in records if (r["protocol"], r["label"]) == key]
+        ok = [r for r in runs if r["status"] == "ok"]
+        row: dict[str, Any] = {"protocol": key[0], "row": key[1], "seeds": len(ok),
+                               "chosen": ", ".join(f"{k}={v}" for k, v in runs[0]["point"].items()),
+                               "status": "ok" if len(ok) == len(runs) else runs[0]["status"]}
+        for metric in ("error", "nll", "ece", "sigma_median", "s_per_step"):
+            values = torch.tensor([r[metric] for r in ok if metric in r], dtype=torch.float64)
+            if len(values):
+                row[metric] = float(values.mean())
+                row[f"{metric}_std"] = float(values.std()) if len(values) > 1 else 0.0
         rows.append(row)
     return rows
+
+
+def decide(ablations: list[dict[str, Any]], plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per ablation, its paired NLL difference to the chosen point in every protocol (mean
+    and standard error over the validation images) and the decision: "change the default"
+    when it is below −2 SE in every protocol, else "keep"."""
+    base = {r["protocol"]: r for r in ablations if r["label"] == "chosen"}
+    out = {}
+    for name in plan.ablations:
+        diffs, better = {}, True
+        for r in (r for r in ablations if r["label"] == name):
+            ref = base.get(r["protocol"])
+            if r["status"] != "ok" or ref is None or ref["status"] != "ok":
+                better, diffs[r["protocol"]] = False, None
+                continue
+            d = r["_nll_each"] - ref["_nll_each"]
+            mean, se = float(d.mean()), float(d.std() / len(d) ** 0.5)
+            diffs[r["protocol"]] = {"mean": mean, "se": se}
+            better = better and mean < -2 * se
+        out[name] = {"diff": diffs, "decision": "change the default" if better and diffs
+                     else "keep"}
+    return out
+
+
+def time_steps(plan: Plan, rounds: int = TIMING_ROUNDS) -> list[dict[str, Any]]:
+    """Seconds per step of the VI rows, interleaved round by round (module docstring)."""
+    from bdlkit import algorithms
+    from bdlkit.bench import peers
+
+    ds = load_mnist(train_size=plan.n, seed=0)
+    x, y = ds.train()
+    batches = [(x[i:i + 128], y[i:i + 128]) for i in range(0, len(x) - 127, 128)] or [(x, y)]
+    rows: dict[str, Any] = {}
+    for label, method, hyper in (("advi", "advi", {}), ("ivon", "ivon", {}),
+                                 ("closed_form", "score_vi", CLOSED),
+                                 ("closed_form one draw", "score_vi",
+                                  {**CLOSED, "num_samples": 1, "antithetic": False})):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            net = models.MLP(ds.input_shape, 10, hidden=(100,))
+        problem = BayesianModel(net, "categorical", prior=1.0, num_data=plan.n, kld=1e-3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            alg = algorithms.get_method(method).build(problem, **hyper).for_run(10**6)
+        rows[label] = [alg, alg.init(generator=torch.Generator().manual_seed(0))]
+    if peers.missing("ivon_opt") is None:
+        import ivon as ivon_opt
+        from torch.nn import functional as F
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            net = models.MLP(ds.input_shape, 10, hidden=(100,))
+        opt = ivon_opt.IVON(net.parameters(), lr=0.03, ess=plan.n / 1e-3, hess_init=3.0,
+                            weight_decay=1e-3 / plan.n)
+
+        def peer_step(state: Any, batch: Any) -> tuple[Any, dict]:
+            with opt.sampled_params(train=True):
+                opt.zero_grad()
+                F.cross_entropy(net(batch[0]), batch[1]).backward()
+            opt.step()
+            return state, {}
+
+        rows["ivon-opt"] = [type("Peer", (), {"step": staticmethod(peer_step)}), None]
+    times: dict[str, list[float]] = {label: [] for label in rows}
+    for r in range(rounds + 1):  # round 0 warms up
+        for label, (alg, state) in rows.items():
+            start = time.perf_counter()
+            for k in range(TIMING_STEPS):
+                state, _ = alg.step(state, batches[k % len(batches)])
+            rows[label][1] = state
+            if r:
+                times[label].append((time.perf_counter() - start) / TIMING_STEPS)
+    median = {label: float(torch.tensor(t).median()) for label, t in times.items()}
+    return [{"row": label, "s_per_step": m, "vs_ivon": m / median["ivon"]}
+            for label, m in median.items()]
+
+
+def setup_text(plan: Plan) -> str:
+    return (f"MNIST, MLP 784-100-10, {plan.n} training images, prior N(0, 1), batch 128, "
+            f"{plan.epochs} epochs, {EVAL_DRAWS}-draw BMA; protocols "
+            f"{', '.join(f'{p} (kld {PROTOCOLS[p]:g})' for p in plan.protocols)}; grids and "
+            f"ablations on {plan.val_size} validation images (seed 0), test rows on the rest, "
+            f"{plan.seeds} seed(s); one torch thread")
+
+
+def note_text(chosen: dict[str, Any], decisions: dict[str, dict[str, Any]],
+              ablations: list[dict[str, Any]], grids: list[dict[str, Any]],
+              timing: list[dict[str, Any]]) -> str:
+    lines = ["**Chosen points** (lowest mean relative validation NLL over the protocols): "
+             + "; ".join(f"{k}: {', '.join(f'{a}={b}' for a, b in v.items())}"
+                         for k, v in chosen.items()), "",
+             "**Ablations** of the closed form at its chosen point (validation; err %, NLL per "
+             "protocol; the decision rule in the module docstring):", "",
+             "| ablation | " + " | ".join(f"{p} error | {p} nll | {p} Δnll ± 2 SE"
+                                        for p in PROTOCOLS)
+             + " | decision |", "|---|" + "---|---|---|" * len(PROTOCOLS) + "---|"]
+    for name in [*decisions, "chosen"]:
+        cells = []
+        for p in PROTOCOLS:
+            rec = next((r for r in ablations if r["label"] == name and r["protocol"] == p), None)
+            diff = decisions.get(name, {}).get("diff", {}).get(p)
+            delta = "" if diff is None else f"{diff['mean']:+.4f} ± {2 * diff['se']:.4f}"
+            cells += (["", "", ""] if rec is None else
+                      [f"{rec['error']:.2f}", f"{rec['nll']:.4f}", delta]
+                      if rec["status"] == "ok" else [rec["status"][:60], "", ""])
+        decision = decisions.get(name, {}).get("decision", "")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {decision} |")
+    lines += ["", "**Time per step** (the rows interleaved, MNIST MLP, batch 128, protocol a; "
+              "the median of the rounds):", "", "| row | ms per step | / ivon |", "|---|---|---|"]
+    lines += [f"| {t['row']} | {1000 * t['s_per_step']:.2f} | {t['vs_ivon']:.2f} |"
+              for t in timing]
+    lines += ["", f"Grid runs: {len(grids)} (every one in results.json under `grids`)."]
+    return "\n".join(lines)

@@ -24,7 +24,7 @@ from typing import Any
 
 from scipy.stats import t as student_t
 
-from bdlkit.bench.bnn_lowdata import sigma_quantiles
+from bdlkit.bench.bnn_lowdata import result_sigma
 from bdlkit.bench.bnn_lowdata_report import mean_se
 from bdlkit.bench.common import mean_std
 from bdlkit.core.serialization import atomic_write_bytes
@@ -65,7 +65,7 @@ NOTE = {"etth2-48": (0.238, 0.308), "etth2-96": (0.313, 0.364), "exchange-48": (
 
 def sigma_moved(result: Any, init_std: float) -> float:
     """Median σ of q over ``init_std`` (a flow's by Monte Carlo)."""
-    return sigma_quantiles(result)["sigma_median"] / init_std
+    return result_sigma(result)["sigma_median"] / init_std
 
 
 def summarize(records: Sequence[Record]) -> list[Record]:

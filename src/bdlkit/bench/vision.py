@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import save_file
 from scipy.stats import t as student_t
 
-from bdlkit.bench.bnn_lowdata import sigma_quantiles
+from bdlkit.bench.bnn_lowdata import result_sigma
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.engine.vi_checks import SIGMA_FACTOR
 from bdlkit.runs.config import RunConfig
@@ -100,7 +100,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 cfg = RunConfig(method=method, steps=sizes.vi_steps, hyper=dict(hyper),
                                 pretrained=str(weights), eval_samples=sizes.draws, **base)
                 output = run_module.fit(cfg, folder / name, overwrite=True)
-                rows.append(_row(model, s, name, output, sigma_quantiles(output.result)))
+                rows.append(_row(model, s, name, output, result_sigma(output.result)))
             if echo:
                 print("  " + "  ".join(f"{r['method']} err {r['error']:.4f} nll {r['nll']:.3f}"
                                        for r in rows[-3:]) + f"  ({model}, seed {s})",

@@ -26,6 +26,7 @@ from typing import Any
 from torch import nn
 
 from bdlkit.core.errors import InputError
+from bdlkit.models import koopa as _koopa
 from bdlkit.models.cnn import ConvNet, haiku_init_
 from bdlkit.models.koopa import Koopa, koopa_for_data, mask_spectrum
 from bdlkit.models.mlp import MLP
@@ -39,6 +40,23 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "vit": ViT,
     "koopa": Koopa,
 }
+
+
+#: Options a zoo model needs other than a method's defaults: model -> "method" (or
+#: "score_vi/<solver>") -> option -> value; ``bdlkit fit`` applies them (:func:`method_options`)
+METHOD_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {"koopa": _koopa.METHOD_OPTIONS}
+
+
+def method_options(model: str, method: str, hyper: dict[str, Any]) -> dict[str, Any]:
+    """The options zoo ``model`` sets for ``method`` that ``hyper`` leaves unset (none for a
+    model of one's own); score_vi's are its solver's (``hyper["solver"]`` or its default)."""
+    table = METHOD_OPTIONS.get(model, {})
+    key = method
+    if method == "score_vi":
+        from bdlkit.algorithms.vi.score_vi import ScoreVI
+
+        key = f"score_vi/{hyper.get('solver', ScoreVI.__dataclass_fields__['solver'].default)}"
+    return {k: v for k, v in table.get(key, {}).items() if k not in hyper}
 
 
 def build_model(name: str, **kwargs: object) -> nn.Module:
@@ -233,6 +251,8 @@ def _check_kwarg_names(name: str, factory: Callable[..., nn.Module], fixed: dict
 
 
 __all__ = [
+    "METHOD_OPTIONS",
+    "method_options",
     "build_for_data",
     "import_model",
     "is_import_path",

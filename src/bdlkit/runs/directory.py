@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from bdlkit import data as data_module
-from bdlkit import evaluation, metrics
+from bdlkit import evaluation, metrics, models
 from bdlkit.algorithms import get_method
 from bdlkit.core.distributed import SINGLE, Topology
 from bdlkit.core.errors import CorruptFileError, InputError
@@ -111,7 +111,7 @@ def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
     noise = forecast_noise(ds) if ds.task == "forecasting" else None
     return BayesianModel(
         net, likelihood_choice.build(cfg.likelihood, ds.task, noise), prior=prior,
-        num_data=ds.num_train, temperature=cfg.temperature,
+        num_data=ds.num_train, temperature=cfg.temperature, kld=cfg.kld,
         bayesian=parameter_selection(cfg.bayesian), precision=cfg.precision,
     )
 
@@ -180,7 +180,7 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
                          f"torchrun --nproc-per-node {cfg.data_parallel * cfg.chain_groups}")
     ds = load_dataset(cfg) if ds is None else ds
     problem = build_problem(cfg, ds)
-    algorithm = get_method(cfg.method).build(problem, **cfg.hyper)
+    algorithm = get_method(cfg.method).build(problem, **run_hyper(cfg))
     runner = Runner(
         algorithm, ds, steps=cfg.steps, epochs=cfg.epochs, seed=cfg.seed,
         batch_size=batch_size, burnin=cfg.burnin, thin=cfg.thin,
@@ -194,10 +194,16 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
     return runner, problem, ds, runner.total
 
 
+def run_hyper(cfg: RunConfig) -> dict[str, Any]:
+    """The method options of ``cfg``: its own, and those its zoo model sets that it leaves
+    unset (:func:`bdlkit.models.method_options`: Koopa's smaller VI step sizes)."""
+    return {**models.method_options(cfg.model, cfg.method, cfg.hyper), **cfg.hyper}
+
+
 def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
     """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
     values = cfg.to_dict()
-    values["hyper"] = resolved_hyper(cfg.method, cfg.hyper)
+    values["hyper"] = resolved_hyper(cfg.method, run_hyper(cfg))
     bound = runner.algorithm.hyperparameters()
     for name, value in values["hyper"].items():  # defaults fixed by the run length
         if value is None and isinstance(bound.get(name), (int, float, str)):
