@@ -39,7 +39,7 @@ def test_an_ablation_changes_a_default_only_when_better_beyond_noise_in_every_pr
                 2000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
             ablations.append(r)
     plan = score_vi_study.Plan(10, 1, ("a", "b"), 1, ("clearly better", "better in a only",
-                                                      "noise"), 1)
+                                                      "noise"), 1, ivon_ablations=())
     decisions = score_vi_study.decide(ablations, plan)
     assert decisions["clearly better"]["decision"] == "change the default"
     assert decisions["better in a only"]["decision"] == "keep"
@@ -51,14 +51,15 @@ def test_a_tiny_study_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(score_vi_study, "warm_up", lambda: None)
     monkeypatch.setattr(score_vi_study, "TIMING_STEPS", 2)
     plan = score_vi_study.Plan(60, 1, ("a",), 1, ("α = 0", "first estimate"), 1, val_size=200,
-                               timing_rounds=1)
+                               timing_rounds=1, ivon_ablations=("ivon β2 0.999",))
     rows = score_vi_study.run(tmp_path, plan=plan, echo=False)
     assert [r["row"] for r in rows] == ["map", "advi", "ivon", "closed_form",
                                         "closed_form IVON form"]
     assert all(r["status"] == "ok" and 0 <= r["error"] <= 100 for r in rows)
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["chosen"]) == {"map", "advi", "ivon", "closed_form"}
-    assert len(results["grids"]) == 4 and len(results["ablations"]) == 3
+    assert len(results["grids"]) == 4 and len(results["ablations"]) == 5
+    assert set(results["decisions"]) == {"α = 0", "first estimate", "ivon β2 0.999"}
     assert all("_nll_each" not in r for r in results["grids"] + results["ablations"])
     assert {t["row"] for t in results["timing"]} >= {"advi", "ivon", "closed_form"}
     assert next(t for t in results["timing"] if t["row"] == "ivon")["vs_ivon"] == 1.0

@@ -18,12 +18,13 @@ TINY = vision.Sizes(train=64, map_steps=3, vi_steps=3, test=40, draws=2, seeds=1
 def test_tiny_run_writes_table_verdict_and_fine_tunes_from_the_pretrained_weights(
         tmp_path: Path):
     rows = vision.run(tmp_path, sizes=TINY, models=("vit",), echo=False)
-    assert [r["method"] for r in rows] == ["map", "advi", "score_vi"]
+    assert [r["method"] for r in rows] == ["map", "advi", "score_vi", "ivon", "ivon_opt",
+                                           "laplace"]
     assert all(0 <= r["error"] <= 1 and math.isfinite(r["nll"]) for r in rows)
-    assert all(math.isfinite(r["sigma_moved"]) for r in rows[1:])
+    assert all(math.isfinite(r["sigma_moved"]) for r in rows[1:4])
     folder = tmp_path / "runs" / "vit" / "seed0"
     weights = folder / "pretrained.safetensors"
-    for method in ("advi", "score_vi"):
+    for method in ("advi", "score_vi", "ivon"):
         config = (folder / method / "config.yaml").read_text()
         assert f"pretrained: {weights}" in config
     results = json.loads((tmp_path / "results.json").read_text())

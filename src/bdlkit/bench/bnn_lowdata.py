@@ -41,6 +41,8 @@ at the final q, with the full-data score, still asks for a significant Newton st
 (:func:`bdlkit.engine.vi_checks.stationarity`; "converged" below 1 %). The claims and
 verdicts: :mod:`bdlkit.bench.bnn_lowdata_report`. A failing run keeps its record.
 
+The CNN cells run :data:`CNN_ROWS` (the VI rows, their peers, MAP and the ensemble).
+
 ``--quick``: n = 1000, MLP only, protocol a, one seed, no tuning (the middle grid point),
 10 epochs.
 """
@@ -102,6 +104,9 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "score_vi_flow": ("score_vi", {"family": "flow"}),  # bench timeseries, posteriordb)
 }
 ROWS = tuple(label for label in METHODS if not label.endswith("_flow"))  # the default plan
+#: the CNN cells run the VI rows, their peers and controls (the samplers' CNN rows cost
+#: more than the rest of the suite together; the l2e suite measures them)
+CNN_ROWS = ("map", "advi", "score_vi_prox", "ivon", "ivon_opt", "laplace", "ensemble")
 VI_ROWS = ("advi", "score_vi_prox", "ivon", "ivon_opt", "advi_flow", "score_vi_flow")
 #: Tuned rows and their grids (the others run their fixed hyperparameters only).
 GRIDS: dict[str, tuple[dict[str, Any], ...]] = {
@@ -129,8 +134,15 @@ class Plan:
     tune: bool
     protocols: tuple[str, ...] = tuple(PROTOCOLS)
     methods: tuple[str, ...] = ROWS
+    #: per model, the rows it runs when fewer than ``methods`` (None: all)
+    model_methods: dict[str, tuple[str, ...]] | None = None
     test_size: int | None = None  # None: the rest of the 10k images
     ood_points: int | None = None  # first notMNIST images (None: all)
+
+    def rows(self, model: str) -> tuple[str, ...]:
+        """The rows run on ``model``."""
+        limit = (self.model_methods or {}).get(model)
+        return self.methods if limit is None else tuple(m for m in self.methods if m in limit)
 
     def steps(self, n: int) -> int:
         """The steps of ``epochs`` epochs of batch :data:`BATCH` on ``n`` images."""
@@ -142,7 +154,8 @@ def make_plan(quick: bool) -> Plan:
     if quick:
         return Plan(("mlp",), (1000,), 1, 10, tune=False, protocols=("a",), test_size=2000,
                     ood_points=OOD_POINTS)
-    return Plan(("mlp", "cnn"), SIZES, SEEDS, EPOCHS, tune=True, ood_points=OOD_POINTS)
+    return Plan(("mlp", "cnn"), SIZES, SEEDS, EPOCHS, tune=True, ood_points=OOD_POINTS,
+                model_methods={"cnn": CNN_ROWS})
 
 
 def make_net(model: str, input_shape: tuple[int, ...], seed: int) -> torch.nn.Module:
@@ -309,7 +322,7 @@ def select(plan: Plan, model: str, n: int, seed: int, protocol: str,
     """The chosen grid point of every tuned row for (``protocol``, ``model``, ``n``) and the
     tuning records: each point trained on 80 % of seed ``seed``'s training images and ranked
     by NLL on the other 20 %. Without tuning: the middle grid point."""
-    tuned = [label for label in plan.methods if label in GRIDS]
+    tuned = [label for label in plan.rows(model) if label in GRIDS]
     if not plan.tune:
         return {label: GRIDS[label][len(GRIDS[label]) // 2] for label in tuned}, []
     ds = load_mnist(train_size=n, test_size=1, seed=seed)
@@ -356,7 +369,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 for s in range(seed, seed + plan.seeds):
                     ds = load_mnist(train_size=n, test_size=plan.test_size, seed=s)
                     evals = {"x": ds.x_test, "y": ds.y_test, "ood": ood_x}
-                    for label in plan.methods:
+                    for label in plan.rows(model):
                         point = chosen.get(label, {})
                         rec = {"protocol": protocol, "model": model, "n": n, "phase": "final",
                                "seed": s, "point": point,
@@ -367,7 +380,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                             print("  " + report.echo_line(rec), file=sys.stderr, flush=True)
                 final += cell
                 rows += [report.summarize([r for r in cell if r["label"] == label],
-                                          chosen.get(label, "fixed")) for label in plan.methods]
+                                          chosen.get(label, "fixed")) for label in plan.rows(model)]
     claims = {baseline: report.compute_claims(final, rows, baseline)
               for baseline in report.BASELINES}
     settings = {"plan": dataclasses.asdict(plan), "seed": seed, "init_std": INIT_STD,

@@ -8,11 +8,15 @@ prior centred at the pretrained weights, and reports error, ECE and NLL; its cla
 1. **pretraining**: MAP (Adam) of ResNet20-FRN and of the zoo ViT on the shipped CIFAR-10
    subset; its weights are written as ``<model>/pretrained.safetensors`` (state_dict
    names), the file a user would bring;
-2. **fine-tuning**: ``advi`` and ``score_vi`` (its proximal solver, ``closed_form``: the
-   default gradient solver takes ADVI's iterates) from those weights, with the prior
-   N(pretrained, σ₀² I), σ₀ = 1 (BayesDLL's ``prior_sig``), every weight Bayesian, the
-   same steps, batch and seed; the MAP row (the pretrained network itself) is the
-   control printed beside them;
+2. **fine-tuning**: ``advi``, ``score_vi`` (its proximal solver, ``closed_form``, at its
+   defaults: the default gradient solver takes ADVI's iterates) and ``ivon`` from those
+   weights, with the prior N(pretrained, σ₀² I), σ₀ = 1 (BayesDLL's ``prior_sig``), every
+   weight Bayesian, the same steps, batch and seed; the MAP row (the pretrained network
+   itself) is the control printed beside them, and the peers (:mod:`bdlkit.bench.peers`)
+   run by their own libraries on the same data, steps and draws: ``ivon_opt`` (its weight
+   decay pulls towards 0, the only prior it has, not towards the pretrained weights) and
+   ``laplace`` (laplace-torch's last-layer KFAC Laplace on the pretrained network, prior
+   precision by marginal likelihood);
 3. test error, NLL and ECE of each BMA predictive on a seeded random ``test`` of the
    10 000 test images (the file is sorted by class: a prefix would be one class), and
    σ moved = median σ / σ₀ of q (a σ that never left its initial value fakes a VI row).
@@ -37,6 +41,8 @@ import torch
 from safetensors.torch import save_file
 from scipy.stats import t as student_t
 
+from bdlkit.algorithms import get_method
+from bdlkit.algorithms.options import options
 from bdlkit.bench.bnn_lowdata import result_sigma
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.engine.vi_checks import SIGMA_FACTOR
@@ -49,8 +55,9 @@ PRIOR_SCALE = 1.0
 INIT_STD = 1e-2  # both VI methods' σ₀ (their default)
 #: ADVI at its default lr 1e-2 (at 1e-3, σ stays at σ₀ for 200 steps: MAP with noise);
 #: score_vi's proximal solver at the ω tuned by ``bdlkit bench bnn-lowdata`` (MNIST MLP)
-VI = {"advi": ("advi", {}),
-      "score_vi": ("score_vi", {"solver": "closed_form", "omega": 0.03})}
+VI = {"advi": ("advi", {}), "score_vi": ("score_vi", {"solver": "closed_form"}),
+      "ivon": ("ivon", {})}
+PEER_ROWS = ("ivon_opt", "laplace")
 
 
 @dataclass(frozen=True)
@@ -101,9 +108,12 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                                 pretrained=str(weights), eval_samples=sizes.draws, **base)
                 output = run_module.fit(cfg, folder / name, overwrite=True)
                 rows.append(_row(model, s, name, output, result_sigma(output.result)))
+            rows += [_peer_row(name, model, s, sizes, weights, data_kwargs)
+                     for name in PEER_ROWS]
             if echo:
-                print("  " + "  ".join(f"{r['method']} err {r['error']:.4f} nll {r['nll']:.3f}"
-                                       for r in rows[-3:]) + f"  ({model}, seed {s})",
+                print("  " + "  ".join(f"{r['method']} err {r.get('error', math.nan):.4f} "
+                                       f"nll {r.get('nll', math.nan):.3f}"
+                                       for r in rows[-6:]) + f"  ({model}, seed {s})",
                       file=sys.stderr)
     verdicts = [verdict(rows, m) for m in models]
     setup = (f"CIFAR-10 subset: {sizes.train} training and {sizes.test} test images (random "
@@ -126,6 +136,46 @@ def _row(model: str, seed: int, method: str, output: Any, sigma: dict[str, float
             "train_s": output.train_seconds}
 
 
+def _peer_row(name: str, model: str, seed: int, sizes: Sizes, weights: Path,
+              data_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A peer fine-tuned from (``ivon_opt``) or fitted on (``laplace``) the pretrained
+    network, scored on the same test images (a missing peer: its status)."""
+    import time
+
+    from safetensors.torch import load_file
+
+    from bdlkit import data, metrics, models
+    from bdlkit.bench import peers
+
+    row: dict[str, Any] = {"model": model, "seed": seed, "method": name, "sigma_moved": math.nan}
+    why = peers.missing(name)
+    if why is not None:
+        return {**row, "status": f"skipped: {why}"}
+    ds = data.load("cifar10", **data_kwargs)
+    state = load_file(str(weights))
+
+    def make_net() -> torch.nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net = models.build_for_data(model, ds.input_shape, ds.num_classes)
+        net.load_state_dict(state)
+        return net
+
+    train, start = (ds.x_train, ds.y_train), time.perf_counter()
+    if name == "ivon_opt":
+        defaults = {o.name: o.default for o in options(get_method("ivon").ALGORITHM)}
+        net, opt = peers.ivon_opt_fit(make_net, train, steps=sizes.vi_steps,
+                                      batch_size=sizes.batch, seed=seed, lr=defaults["lr"],
+                                      hess_init=defaults["hess_init"], prior_scale=PRIOR_SCALE)
+        probs = peers.ivon_opt_probs(net, opt, ds.x_test, sizes.draws, seed)
+    else:
+        la = peers.laplace_fit(make_net(), train, batch_size=sizes.batch)
+        probs = peers.laplace_probs(la, ds.x_test, sizes.draws, seed)
+    values = metrics.classification_metrics(probs, ds.y_test)
+    return {**row, "error": 1.0 - values["accuracy"], "nll": values["nll"],
+            "ece": values["ece"], "train_s": time.perf_counter() - start}
+
+
 def verdict(rows: list[dict[str, Any]], model: str) -> dict[str, Any]:
     """The claim "same accuracy as ADVI, better ECE and NLL" on ``model`` (module docstring)."""
     by = {(r["method"], r["seed"]): r for r in rows if r["model"] == model}
@@ -136,7 +186,7 @@ def verdict(rows: list[dict[str, Any]], model: str) -> dict[str, Any]:
     n = len(seeds)
     half = {k: float(student_t.ppf(0.975, n - 1) * d.std() / math.sqrt(n)) if n > 1
             else math.nan for k, d in diffs.items()}  # 95 % interval half-widths
-    still = [m for m in VI if not all(
+    still = [m for m in ("advi", "score_vi") if not all(
         1 / SIGMA_FACTOR > by[m, s].get("sigma_moved", math.inf) or
         by[m, s].get("sigma_moved", math.inf) > SIGMA_FACTOR for s in seeds)]
     if n < 2:

@@ -31,7 +31,8 @@ def test_recovers_a_diagonal_gaussian_target_exactly():
     so the optimum is exact and a constant lr converges to machine precision."""
     std = torch.logspace(-0.5, 0.5, 6, dtype=F64)
     target, mean = diag_gaussian(std)
-    alg = fisher_vi.build(target, lr=0.05, num_samples=4, init_std=1.0, schedule="constant")
+    alg = fisher_vi.build(target, lr=0.05, num_samples=4, init_std=1.0, schedule="constant",
+                          average=0.0)
     res = Runner(alg, None, seed=0).fit(600)
     q = alg.approximation(res.state)
     assert ((q.mean - mean).abs() / std).max() < 1e-8

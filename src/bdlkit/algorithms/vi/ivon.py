@@ -196,6 +196,8 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
                                               decay), 3)
         new = IVONState(mean=mean, hess=hess, momentum=momentum,
                         rng_state=rng.state_of(gen), step=t, average=state.average)
+        if state.average is None:  # this run does not average (a network's default)
+            return new, {"log_prob": value, "lr": lr}
         average = self.averaged(state.average, self.lam(new), t)
         return dataclasses.replace(new, average=average), {"log_prob": value, "lr": lr}
 

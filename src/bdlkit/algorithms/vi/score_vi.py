@@ -268,9 +268,9 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
 
     @property
     def flat_storage(self) -> bool:
-        """Flat for the gradient solver on the diagonal Gaussian (a flow family keeps its
-        own layout; the closed form reads the problem's prior)."""
-        return self.storage == "flat" and self._flow is None and self.solver == "gradient"
+        """Flat on the diagonal Gaussian, both solvers (a flow family keeps its own
+        layout)."""
+        return self.storage == "flat" and self._flow is None
 
     def update(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
         if self._flow is not None:
@@ -296,7 +296,8 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
             lam, opt_state, extra = closed_form.step(
                 state.lam, anchor, thetas, scores, prior_terms(self.problem, anchor.mu),
                 state.opt_state, self.settings(state, alpha, guarded),
-                a_min=self._floor(anchor), t=t)
+                a_min=self.a_min if self.a_min is not None else precision_floor(self.problem),
+                t=t)
             info.update(extra)
         else:
             grads = self.gradients(state.lam, anchor, thetas, scores, alpha)
@@ -318,10 +319,6 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
             decay=self.curvature_decay, start=self.hess_init != "estimate",
             riemannian=self.curvature_update == "riemannian", momentum=self.momentum,
             estimator=estimator, loss=self.loss, max_step=self.max_step, guard=guarded)
-
-    def _floor(self, like: DiagGaussianParams) -> TensorTree:
-        floor = self.a_min if self.a_min is not None else precision_floor(self.problem)
-        return tree_map(lambda m: torch.full_like(m, floor), like.mu)
 
     def gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
                   thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:

@@ -159,7 +159,7 @@ def curvature(anchor: DiagGaussianParams, thetas: TensorTree, scores: TensorTree
 
 def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
          scores: TensorTree, prior: PriorTerms, state: ClosedFormState, cfg: Settings, *,
-         a_min: TensorTree, t: int) -> tuple[DiagGaussianParams, ClosedFormState, dict]:
+         a_min: float, t: int) -> tuple[DiagGaussianParams, ClosedFormState, dict]:
     """One argmin update of λ from the averaged curvature and momentum, checked by the
     guard on a Target."""
     noise = tree_map(lambda th, m: th - m, thetas, anchor.mu)
@@ -186,15 +186,15 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
     curv, weight = _unzip(tree_map(average, state.curvature, state.weight, a_hat), 2)
     steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
 
-    def update(mu, rho, mu_t, rho_t, c, w, g_lik, s_p, m, g_mom, floor):
+    def update(mu, rho, mu_t, rho_t, c, w, g_lik, s_p, m, g_mom):
         a_t = (-2 * rho_t).exp()
         a_bar = torch.where(w > 0, c / w.clamp_min(1e-300), a_t)  # no finite â yet: keep a_t
         a_next = (alpha * a_t + a_bar) / (1 + alpha)
         if cfg.damping != 1.0:
             a_next = (1 - cfg.damping) * (-2 * rho).exp() + cfg.damping * a_next
-        low = a_next < floor
+        low = a_next < a_min
         counts["precision_clipped"].append(low.sum())
-        a_next = torch.where(low, floor, a_next)
+        a_next = a_next.clamp_min(a_min)
         g_mom = g_mom * b1 + (1 - b1) * g_lik.mean(0)
         g = g_mom / debias + s_p + a_bar * (m - mu_t)
         move = omega * g / ((1 + alpha) * a_next)
@@ -202,12 +202,13 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree
         far = move.abs() > bound
         counts["step_clipped"].append(far.sum())
         mu_next = mu + torch.where(far, bound.copysign(move), move)
-        steps.append(((mu_next - mu).abs() * a_next.sqrt()).max())
+        if cfg.guard:  # the largest standardised move of μ, which the guard watches
+            steps.append(((mu_next - mu).abs() * a_next.sqrt()).max())
         return a_next, mu_next, g_mom
 
     a_next, mu_next, momentum = _unzip(tree_map(
         update, lam.mu, lam.rho, anchor.mu, anchor.rho, curv, weight, lik, prior.score, m1,
-        state.momentum, a_min), 3)
+        state.momentum), 3)
     new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: -0.5 * a.log(), a_next))
     state = dataclasses.replace(state, curvature=curv, weight=weight, momentum=momentum)
     if not cfg.guard:
