@@ -32,8 +32,10 @@ def sigma_moved(run: Path) -> float:
     algorithm = result.algorithm
     q = algorithm.approximation(result.state)
     q0 = algorithm.approximation(algorithm.init(generator=torch.Generator().manual_seed(0)))
-    med = (lambda a: float(torch.cat([s.reshape(-1) for s in a.std.values()]).median()))
-    return med(q) / med(q0)
+    def median(approx: object) -> float:
+        return float(torch.cat([s.reshape(-1) for s in approx.std.values()]).median())
+
+    return median(q) / median(q0)
 
 
 def main() -> int:
@@ -47,17 +49,17 @@ def main() -> int:
         for model in ("mlp", "cnn"):
             for seed in args.seeds:
                 run = args.out / "runs" / f"{label.replace(' ', '_')}-{model}-{seed}"
-                cmd = ["bdlkit", "fit", *method, "--kld", "1e-3", "--model", model, "--data",
+                cmd = [sys.executable, "-m", "bdlkit", "fit", *method, "--kld", "1e-3", "--model", model, "--data",
                        "mnist", "--epochs", "100", "--seed", str(seed), "--out", str(run),
                        "--overwrite", "--no-progress"]
                 start = time.perf_counter()
-                done = subprocess.run(cmd, capture_output=True, text=True)
+                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 row = {"method": label, "model": model, "seed": seed, "exit": done.returncode,
                        "seconds": time.perf_counter() - start,
                        "nonfinite": "NonFiniteError" in done.stderr + done.stdout
                        or "NaN" in done.stderr}
                 if done.returncode == 0:
-                    test = json.loads((run / "metrics.json").read_text())["test"]
+                    test = json.loads((run / "metrics.json").read_text())
                     row.update(accuracy=test["accuracy"], nll=test["nll"],
                                sigma_moved=sigma_moved(run))
                 else:

@@ -77,7 +77,7 @@ def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
     else:
         fixes.append("a larger init_std")
     if algorithm.name == "score_vi" and algorithm.hyperparameters()["solver"] != "closed_form" \
-            and isinstance(algorithm.problem, Target):  # on networks it is experimental
+            and isinstance(algorithm.problem, Target):  # scale-free there (exact scores)
         fixes.append("for score_vi solver='closed_form' (σ then moves by a fixed fraction "
                      "per step whatever its scale)")
     return (

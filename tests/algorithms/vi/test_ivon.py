@@ -148,3 +148,21 @@ def test_options_out_of_range_are_refused_by_name(option, value, words):
     target = bdlkit.Target(lambda t: -0.5 * t.square().sum(-1), 2)
     with pytest.raises(ValueError, match=re.escape(words)):
         ivon_method.build(target, **{option: value})
+
+
+@pytest.mark.parametrize(("flag", "words"), [
+    ("--hess-init=0", "hess_init must be a finite number > 0"),
+    ("--hess-init=-1", "hess_init must be a finite number > 0"),
+    ("--ess=0", "ess must be a finite number > 0"),
+    ("--ess=-5", "ess must be a finite number > 0"),
+])
+def test_a_bad_option_on_the_command_line_is_one_line_and_writes_nothing(flag, words, tmp_path,
+                                                                         capsys):
+    from bdlkit.cli import main
+
+    out = tmp_path / "run"
+    assert main(["fit", "--method", "ivon", "--data", "digits", "--steps", "2", flag,
+                 "--out", str(out), "--no-progress"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and words in err[0], err
+    assert not out.exists()

@@ -21,18 +21,19 @@ graph through the network). Two solvers:
   and lr ω ≤ 1, one inner step is then the damped closed-form step to first order, and
   more inner steps solve the per-anchor problem instead of fighting its restoring term.
   This is the route for families without a closed form.
-* ``solver="closed_form"`` (**the proximal method**, opt-in): the argmin itself, exact in
-  natural parameters, damped by ω, with an antithetic-pair Stein (Hutchinson) curvature
-  estimate averaged over steps (:mod:`.score_vi_closed_form`). It takes natural-gradient
-  steps, so σ moves by a fixed fraction per step whatever its scale: from σ₀ = 1e-6 it is
-  at the mean-field optimum of a 20-D Gaussian in 200 steps, where ADVI is not. On
-  networks the per-weight curvature is too noisy for its Newton-like mean steps.
-  ``bdlkit bench score-vi-study`` and ``bnn-lowdata`` show it behind ADVI on MNIST, so
-  it is not the default.
+* ``solver="closed_form"`` (**the proximal method**): the argmin itself, exact in natural
+  parameters, with the likelihood's Stein (Hutchinson) curvature from one antithetic pair
+  averaged over steps from an initial curvature ``hess_init``, the prior applied exactly,
+  momentum on the mean score and the cosine schedule on the damping ω
+  (:mod:`.score_vi_closed_form`). It is a member of the variational-online-Newton family:
+  at α = 0 with one draw it takes IVON's steps exactly (``docs/ivon.md``, tested). On a
+  Target its curvature average is fast (exact scores) and it is scale-free: from
+  σ₀ = 1e-6 it reaches a 20-D Gaussian's mean-field optimum in a few hundred steps, where
+  ADVI is far away. Its defaults on networks come from ``bdlkit bench score-vi-study``.
 
 The KL discount (``BayesianModel(kld=...)``, ``--kld``) is the problem's, in ŝ.
-Memory: λ, the anchor and the solver state (Adam moments,
-or the curvature average).
+Memory: λ, the anchor and the solver state (Adam moments, or the curvature and momentum
+averages).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 #: the closed form on a Target, whose scores are exact: the curvature estimate is accurate
 #: (the pair estimator is exact on a diagonal Gaussian), so it is averaged fast
-TARGET_CLOSED_FORM = {"curvature_decay": 0.9}
+TARGET_CLOSED_FORM = {"curvature_decay": 0.9, "curvature_update": "linear"}
 WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run
 PRECONDITIONERS = ("sigma2", "natural", "none")
 #: True while :meth:`ScoreVI.for_run` re-creates the algorithm: no build warning again.
