@@ -13,15 +13,15 @@ from bdlkit import models
 from bdlkit.cli import main
 from bdlkit.runs.yaml_files import load_yaml
 
-STEPS = 150  # the default run is 1 000 steps; measured there: map 0.258, advi 0.245 (MSE)
+STEPS = 100  # the default run is 1 000 steps; measured there: map 0.258, advi 0.245 (MSE)
 
 
 def fit(out, method: str, *extra: str) -> dict:
     rc = main(["fit", "--method", method, "--model", "koopa", "--data", "ett/ETTh2",
                "--data-kwargs", '{"horizon": 48}', "--steps", str(STEPS), "--seed", "0",
-               "--eval-samples", "8", "--no-progress", "--out", str(out), *extra])
+               "--eval-samples", "4", "--no-progress", "--out", str(out), *extra])
     assert rc == 0
-    return json.loads((out / "metrics.json").read_text())["test"]
+    return json.loads((out / "metrics.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,8 @@ class Problem(Protocol):
 
     @property
     def effective_num_data(self) -> float:
-        """N / kld: what every per-datum scale divides by (``docs/conventions.md``)."""
+        """The number of examples the likelihood counts, N/kld, which every per-datum scale
+        divides by (``docs/conventions.md``)."""
         ...
 
     def value_and_score(self, params: TensorTree, batch: Batch) -> tuple[Tensor, TensorTree]: ...
@@ -230,6 +231,9 @@ class Variational(AlgorithmBase):
     #: the options that make q₀ the Laplace approximation when bdlkit.infer starts VI on a
     #: Target's standardised coordinates (unit curvature there), unless the user sets them
     laplace_start: ClassVar[dict[str, Any]] = {"init_std": 1.0}
+    #: whether σ₀ (``init_std``) is a guess the run is expected to move away from (the
+    #: end-of-run check warns when it did not); False where σ₀ is an initial curvature
+    guessed_init_std: ClassVar[bool] = True
 
     def approximation(self, state: Any) -> Approximation:
         raise NotImplementedError

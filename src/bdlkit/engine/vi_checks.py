@@ -20,8 +20,8 @@ warns about them at the end of every ``kind == "vi"`` run (:func:`warn_if_unfini
       Δμ_i/σ_i = σ_i · mean_k ŝ_i(θ_k),     Δlog σ_i = (mean_k ŝ_i(θ_k) σ_i ε_ik + 1)/2
 
   A coordinate has not converged when a step is larger than :data:`MEAN_SHIFT` (its σ) or
-  :data:`LOG_SIGMA_SHIFT` and significant (|z| > :data:`Z_CUTOFF` against its Monte Carlo
-  standard error). Unlike the movement of q over the run's last part, this does not stop
+  :data:`LOG_SIGMA_SHIFT` and significant (more than :data:`Z_CUTOFF` Monte Carlo standard
+  errors from zero). Unlike the movement of q over the run's last part, this does not stop
   when the step size has decayed (the cosine schedule of :mod:`bdlkit.algorithms.vi.schedule`)
   or the iterates are averaged, and it asks nothing of the method: ADVI, IVON and the closed
   form share the mean-field ELBO's stationary points. Both quantities are invariant under
@@ -59,9 +59,13 @@ TARGET_DRAWS = 256
 
 
 def sigma_message(algorithm: Algorithm, state: Any) -> str | None:
-    """Why σ looks unmoved, with the fix; ``None`` when it moved, or when the method has no
-    ``init_std`` or its q is not a diagonal Gaussian (``state.lam``)."""
+    """Why σ looks unmoved, with the fix; ``None`` when it moved, when the method has no
+    ``init_std`` or its σ₀ is not a guess (``guessed_init_std``: IVON's and the closed
+    form's come from an initial curvature, and move on purpose slowly), or when q is not a
+    diagonal Gaussian (``state.lam``)."""
     init_std = algorithm.hyperparameters().get("init_std")
+    if isinstance(algorithm, Variational) and not algorithm.guessed_init_std:
+        return None
     q = algorithm.approximation(state) if isinstance(algorithm, Variational) else None
     lam = q.params if isinstance(q, DiagGaussian) else None
     if not isinstance(init_std, (int, float)) or lam is None:

@@ -42,8 +42,8 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
 }
 
 
-#: Options a zoo model needs other than a method's defaults: model -> "method" (or
-#: "score_vi/<solver>") -> option -> value; ``bdlkit fit`` applies them (:func:`method_options`)
+#: The options a zoo model needs other than a method's defaults, by model, then by method
+#: (or "score_vi/<solver>"), then by option; ``bdlkit fit`` applies them (:func:`method_options`).
 METHOD_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {"koopa": _koopa.METHOD_OPTIONS}
 
 

@@ -168,8 +168,8 @@ class BayesianModel:
 
     @property
     def effective_num_data(self) -> float:
-        """N_eff = N / kld: the number of examples the likelihood counts (module docstring);
-        every per-datum scale divides by it."""
+        """The number of examples the likelihood counts, N_eff = N/kld (module docstring),
+        which every per-datum scale divides by."""
         return self.num_data / self.kld
 
     @property

@@ -75,7 +75,7 @@ class Target:
 
     @property
     def effective_num_data(self) -> float:
-        """N_eff = 1: a Target's per-datum scale is the density itself."""
+        """Always 1 (a Target's per-datum scale is the density itself)."""
         return float(self.num_data)
 
     def __init__(

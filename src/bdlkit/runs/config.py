@@ -36,7 +36,7 @@ PRECISIONS = tuple(AUTOCAST_DTYPES)  # fp32, bf16, fp16: the network's forward p
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
 _INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
-#: options of the problem, not of a method: where they are set instead
+#: The problem's options that are no method's, with where to set them instead.
 PROBLEM_OPTIONS = {
     "kld": "BayesianModel(..., kld=...) or bdlkit fit --kld (every method reads it there)",
     "temperature": "BayesianModel(..., temperature=...) or bdlkit fit --temperature",

@@ -117,17 +117,17 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
     # ------------------------------------------------------------------ scales
     @property
     def problem_size(self) -> float:
-        """λ0 = N_eff/T: the data size of the problem's own posterior (1 for a Target)."""
+        """The data size λ0 = N_eff/T of the problem's own posterior (1 for a Target)."""
         return self.problem.effective_num_data / self.problem.temperature
 
     @property
     def data_size(self) -> float:
-        """λ: ``ess``, or λ0."""
+        """The data size λ that q is fitted to (``ess``, or λ0)."""
         return self.problem_size if self.ess is None else float(self.ess)
 
     @property
     def weight_decay(self) -> float:
-        """δ = P/λ0 = 1/(σ0² N_eff), the prior's precision per datum (0 for a Target)."""
+        """The prior's precision per datum δ = P/λ0 = 1/(σ0² N_eff) (0 for a Target)."""
         return 0.0 if isinstance(self.problem, Target) else \
             1.0 / (self.problem.prior.scale ** 2 * self.problem.effective_num_data)
 

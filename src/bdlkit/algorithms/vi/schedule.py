@@ -88,8 +88,8 @@ class Annealing:
     run_steps: int | None = field(default=None, kw_only=True)
 
     def check_annealing(self) -> None:
-        """Refuse a schedule outside :data:`SCHEDULES`, a fraction outside [0, 1) or a
-        length below 1."""
+        """Refuse a schedule outside ``SCHEDULES``, a fraction outside [0, 1) or a length
+        below 1."""
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         frac = self.average

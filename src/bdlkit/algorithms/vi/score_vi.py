@@ -82,8 +82,8 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
                     "warmup": None, "omega": 0.1, "curvature_decay": 0.999, "momentum": 0.9,
                     "init_std": None, "hess_init": 3.0, "curvature_update": None},
 }
-#: the closed form on a Target, whose scores are exact: the curvature estimate is accurate
-#: (the pair estimator is exact on a diagonal Gaussian), so it is averaged fast
+#: The closed form's defaults on a Target. Its scores are exact and the curvature estimate
+#: accurate (unbiased, from exact scores), so the average is fast and linear.
 TARGET_CLOSED_FORM = {"curvature_decay": 0.9, "curvature_update": "linear"}
 WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run
 PRECONDITIONERS = ("sigma2", "natural", "none")
@@ -218,9 +218,15 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         return size * hess_init + precision_floor(self.problem, target=0.0)
 
     @property
+    def guessed_init_std(self) -> bool:  # type: ignore[override]
+        """False for the closed form with a number ``hess_init``: its σ₀ is the curvature
+        average's start, which moves slowly by design (as IVON's)."""
+        return self.solver != "closed_form" or self.hess_init == "estimate"
+
+    @property
     def laplace_start(self) -> dict[str, Any]:  # type: ignore[override]
-        """q₀ = the Laplace approximation on a Target's standardised coordinates: σ₀ = 1,
-        and for the closed form the curvature average's start 1 too."""
+        """The options that make q₀ the Laplace approximation on a Target's standardised
+        coordinates (σ₀ = 1, and for the closed form the curvature average's start 1)."""
         return {"init_std": 1.0, **({"hess_init": 1.0} if self.solver == "closed_form"
                                     else {})}
 

@@ -21,7 +21,7 @@ pairs θ = μ_t ± σ_t ε sharing a minibatch: Ĉ = mean_k (θ_k − μ_t) L̂_
 the finite-difference Hutchinson estimate ε ⊙ H σ_t ε/σ_t of the Hessian diagonal, with no
 minibatch noise and none growing as σ_t shrinks), "centred" (independent draws,
 Σ (θ_k − μ_t)(L̂_k − L̂̄)/(S − 1), S ≥ 2) or "price" (IVON's uncentred mean_k (θ_k − μ_t) L̂_k:
-any S, but its noise grows with |L̂(μ_t)|/σ_t). ``loss="mc"``: the exact least squares of
+any S, but its noise grows with the size of L̂(μ_t) over σ_t). ``loss="mc"``: the exact least squares of
 the Monte Carlo loss (m1 = mean θ_k, v their 1/S variance) instead.
 
 The curvature average: with ``hess_init`` h0 (per datum) it starts at IVON's
@@ -34,7 +34,7 @@ from it and counted. The settings that turn this step into IVON's exactly (``doc
 no clip and an inactive floor.
 
 ω_t is ``omega`` times the cosine factor of :mod:`.schedule`. On a Target the divergence
-guard watches δ_t = max_i |Δμ_i|·√a_i, averaged per window of ``GUARD_WINDOW`` steps: when
+guard watches ``δ_t = max_i |Δμ_i|·√a_i``, averaged per window of ``GUARD_WINDOW`` steps: when
 the window mean grows by more than ``GUARD_GROWTH`` over the previous one in
 ``GUARD_PATIENCE`` windows in a row, or λ or a draw's score becomes non-finite, λ is
 restored from the start of the earlier window and ω halved; after ``GUARD_MAX_HALVINGS``

@@ -14,7 +14,8 @@ from bdlkit.algorithms.vi.score_vi_closed_form import CURVATURE_UPDATES
 from bdlkit.core.protocol import Problem
 
 PRECONDITIONERS = ("sigma2", "natural", "none")
-#: (solver, only at K = 1, options, why and fix): options set that cannot act
+#: The options that cannot act in a configuration, as tuples of the solver, whether only
+#: at K = 1, the options, and why (with the fix).
 INERT_RULES = [
     ("gradient", False, ("omega", "curvature_decay", "hess_init", "curvature_update"),
      "they are options of solver='closed_form'"),
