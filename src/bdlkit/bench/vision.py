@@ -119,7 +119,8 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     setup = (f"CIFAR-10 subset: {sizes.train} training and {sizes.test} test images (random "
              f"subsets, seed 0); pretraining: MAP {sizes.map_steps} steps; fine-tuning: "
              f"{sizes.vi_steps} steps each, batch {sizes.batch}, prior N(pretrained, "
-             f"{PRIOR_SCALE}² I), σ₀ {INIT_STD}, {sizes.draws} VI draws in the predictive; "
+             f"{PRIOR_SCALE}² I), advi's σ₀ {INIT_STD} (score_vi's and ivon's from their hess_init), "
+             f"{sizes.draws} VI draws in the predictive; "
              f"seeds {seed}..{seed + sizes.seeds - 1}; device {device}")
     write_results(out, "vision", quick, command, "Bayesian fine-tuning of pretrained vision "
                   "networks (advi vs score_vi)", setup, rows,
