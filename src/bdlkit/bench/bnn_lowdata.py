@@ -44,7 +44,8 @@ verdicts: :mod:`bdlkit.bench.bnn_lowdata_report`. A failing run keeps its record
 The CNN cells run :data:`CNN_ROWS` (the VI rows, their peers, MAP and the ensemble).
 
 ``--quick``: n = 1000, MLP only, protocol a, one seed, no tuning (the middle grid point),
-10 epochs.
+10 epochs, and the two flow rows (a neural spline flow on the last layer, a diagonal
+Gaussian elsewhere; not in the full plan).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class Plan:
 def make_plan(quick: bool) -> Plan:
     """The full plan, or ``--quick``'s (module docstring)."""
     if quick:
-        return Plan(("mlp",), (1000,), 1, 10, tune=False, protocols=("a",), test_size=2000,
+        return Plan(("mlp",), (1000,), 1, 10, tune=False, protocols=("a",),
+                    methods=(*ROWS, "advi_flow", "score_vi_flow"), test_size=2000,
                     ood_points=OOD_POINTS)
     return Plan(("mlp", "cnn"), SIZES, SEEDS, EPOCHS, tune=True, ood_points=OOD_POINTS,
                 model_methods={"cnn": CNN_ROWS})
