@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from bdlkit import models
 from bdlkit.cli import main
+from bdlkit.runs.config import RunConfig
+from bdlkit.runs.directory import run_hyper
 from bdlkit.runs.yaml_files import load_yaml
 
 STEPS = 100  # the default run is 1 000 steps; measured there: map 0.258, advi 0.245 (MSE)
@@ -44,9 +45,13 @@ def test_vi_at_the_defaults_forecasts_within_ten_percent_of_map(method, option, 
 
 
 def test_an_option_the_user_sets_is_kept_and_other_models_are_untouched():
-    assert models.method_options("koopa", "advi", {"lr": 0.05}) == {}
-    assert models.method_options("koopa", "advi", {}) == {"lr": 1e-3}
-    assert models.method_options("koopa", "score_vi", {"solver": "closed_form"}) == \
-        {"omega": 1e-2}
-    assert models.method_options("mlp", "advi", {}) == {}
-    assert models.method_options("mypkg.net:Tiny", "ivon", {}) == {}
+    def hyper(model, method, **given):
+        return run_hyper(RunConfig(method=method, data="ett/ETTh2", model=model, hyper=given))
+
+    assert hyper("koopa", "advi", lr=0.05) == {"lr": 0.05}
+    assert hyper("koopa", "advi") == {"lr": 1e-3}
+    assert hyper("koopa", "score_vi", solver="closed_form") == \
+        {"solver": "closed_form", "omega": 1e-2}
+    assert hyper("koopa", "score_vi") == {"lr": 1e-3}  # the default solver's
+    assert hyper("mlp", "advi") == {}
+    assert hyper("mypkg.net:Tiny", "ivon") == {}

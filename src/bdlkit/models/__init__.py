@@ -47,16 +47,10 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
 METHOD_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {"koopa": _koopa.METHOD_OPTIONS}
 
 
-def method_options(model: str, method: str, hyper: dict[str, Any]) -> dict[str, Any]:
-    """The options zoo ``model`` sets for ``method`` that ``hyper`` leaves unset (none for a
-    model of one's own); score_vi's are its solver's (``hyper["solver"]`` or its default)."""
-    table = METHOD_OPTIONS.get(model, {})
-    key = method
-    if method == "score_vi":
-        from bdlkit.algorithms.vi.score_vi import ScoreVI
-
-        key = f"score_vi/{hyper.get('solver', ScoreVI.__dataclass_fields__['solver'].default)}"
-    return {k: v for k, v in table.get(key, {}).items() if k not in hyper}
+def method_options(model: str, key: str, hyper: dict[str, Any]) -> dict[str, Any]:
+    """The options zoo ``model`` sets for method ``key`` (a method name, or
+    ``"score_vi/<solver>"``) that ``hyper`` leaves unset; none for a model of one's own."""
+    return {k: v for k, v in METHOD_OPTIONS.get(model, {}).get(key, {}).items() if k not in hyper}
 
 
 def build_model(name: str, **kwargs: object) -> nn.Module:

@@ -31,6 +31,7 @@ from torch import Tensor
 from bdlkit import data as data_module
 from bdlkit import evaluation, metrics, models
 from bdlkit.algorithms import get_method
+from bdlkit.algorithms.vi.score_vi import ScoreVI
 from bdlkit.core.distributed import SINGLE, Topology
 from bdlkit.core.errors import CorruptFileError, InputError
 from bdlkit.core.lock import LOCK_FILES, run_lock
@@ -197,7 +198,10 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
 def run_hyper(cfg: RunConfig) -> dict[str, Any]:
     """The method options of ``cfg``: its own, and those its zoo model sets that it leaves
     unset (:func:`bdlkit.models.method_options`: Koopa's smaller VI step sizes)."""
-    return {**models.method_options(cfg.model, cfg.method, cfg.hyper), **cfg.hyper}
+    key = cfg.method
+    if cfg.method == "score_vi":  # score_vi's step sizes are its solver's
+        key = f"score_vi/{cfg.hyper.get('solver', ScoreVI.__dataclass_fields__['solver'].default)}"
+    return {**models.method_options(cfg.model, key, cfg.hyper), **cfg.hyper}
 
 
 def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:

@@ -166,3 +166,27 @@ def test_a_bad_option_on_the_command_line_is_one_line_and_writes_nothing(flag, w
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and words in err[0], err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("target", [False, True])
+def test_a_crashed_run_resumes_bit_exactly(target, tmp_path, monkeypatch):
+    """Killed at step 17 of 30 and resumed from its checkpoint: the same final state as the
+    uninterrupted run, on a network (flat storage) and on a Target (the tail average)."""
+    from vi_helpers import crash_then_resume
+
+    from bdlkit.engine.runner import Runner
+
+    x, y, _ = data()
+    if target:
+        problem = bdlkit.Target(lambda t: -0.5 * (t - 1.0).square().sum(-1), 3, dtype=F64)
+        init, batches = torch.zeros(3, dtype=F64), None
+    else:
+        problem = bdlkit.BayesianModel(mlp(), "categorical", prior=PRIOR, num_data=N)
+        init, batches = None, (x, y)
+
+    def runner(folder):
+        return Runner(ivon_method.build(problem), batches, steps=30, seed=0, batch_size=BATCH,
+                      run_dir=folder, checkpoint_every=5, init=init)
+
+    full, _ = crash_then_resume(ivon_method, runner, tmp_path, monkeypatch)
+    assert full.state.step == 30 and (full.state.average is not None) == target
