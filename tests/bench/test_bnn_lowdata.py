@@ -144,6 +144,13 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
                    "σ moved", "chosen", "## Claims (score_vi_prox against advi)",
                    "## Claims (score_vi_prox against ivon)", "unconverged", "laplace"):
         assert column in text
+    # a rerun (after a crash, or after `--settings a` and `--settings b` in two processes
+    # sharing the folder) takes every cell from cells/ and computes nothing
+    monkeypatch.setattr(bnn_lowdata, "fit_and_score", lambda *a, **k: pytest.fail("rerun"))
+    assert bnn_lowdata.run(tmp_path, plan=plan, echo=False) == rows
+    assert bnn_lowdata.run(tmp_path, plan=plan, echo=False, only_settings=("b",)) == rows[6:]
+    with pytest.raises(ValueError, match=r"unknown settings \['c'\].*valid: a, b"):
+        bnn_lowdata.run(tmp_path, plan=plan, echo=False, only_settings=("c",))
 
 
 @pytest.mark.slow  # 2 minutes on 2 cores: `make test-slow`

@@ -81,6 +81,9 @@ def get_suite(name: str) -> Suite:
 
 #: Suites that can run a subset of their rows and reuse the others from an earlier run.
 ROW_SUITES = ("synthetic",)
+#: Suites that can run a subset of their settings (``--settings``), their other cells reused
+#: from the same folder (``cells/``) when a run without it writes the whole table.
+SETTINGS_SUITES = ("bnn-lowdata",)
 #: Suites that can run a subset of their rows (``--rows``), side by side, into a new folder.
 METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS),
                  "timeseries": tuple(timeseries.ROWS),
@@ -95,7 +98,8 @@ def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: i
 
     ``rows``/``settings``/``reuse`` (suites in :data:`ROW_SUITES`): run only these rows on
     these settings and take every other record from the results in ``reuse``; ``rows``
-    alone (suites in :data:`METHOD_SUITES`): run only these rows. ``meta_params``
+    alone (suites in :data:`METHOD_SUITES`): run only these rows; ``settings`` alone
+    (suites in :data:`SETTINGS_SUITES`): run only these settings. ``meta_params``
     (``l2e-sampling`` only): L2E meta-parameter files to measure beside the shipped set."""
     suite = get_suite(name)
     if meta_params:
@@ -116,9 +120,12 @@ def run_suite(name: str, out: str | os.PathLike, *, quick: bool = False, seed: i
                              f"{', '.join(METHOD_SUITES[name])}")
         return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
                      methods=tuple(rows))
+    if name in SETTINGS_SUITES and settings and not (rows or reuse):
+        return suite(Path(out), quick=quick, seed=seed, command=command, echo=echo,
+                     only_settings=tuple(settings))
     if name not in ROW_SUITES:
         raise ValueError(f"--settings/--reuse are options of the {', '.join(ROW_SUITES)} "
-                         f"suite and --rows of {', '.join((*ROW_SUITES, *METHOD_SUITES))}, "
+                         f"suite (--settings also of {', '.join(SETTINGS_SUITES)}) and --rows of {', '.join((*ROW_SUITES, *METHOD_SUITES))}, "
                          f"not of {name!r}")
     known = synthetic.ALL_ROWS
     bad = [r for r in rows if r not in known]

@@ -66,7 +66,7 @@ from bdlkit.algorithms import get_method
 from bdlkit.algorithms.options import options
 from bdlkit.bench import bnn_lowdata_report as report
 from bdlkit.bench import peers
-from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
+from bdlkit.bench.common import cached_cell, prepare_bench_out, warm_up, write_results
 from bdlkit.data.images import load_mnist, load_notmnist
 from bdlkit.engine.vi_checks import stationarity
 from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
@@ -349,11 +349,44 @@ def select(plan: Plan, model: str, n: int, seed: int, protocol: str,
     return chosen, records
 
 
+def run_cell(plan: Plan, model: str, n: int, seed: int, protocol: str, test_size: int | None,
+             ood_x: Tensor, echo: bool) -> dict[str, Any]:
+    """One (``protocol``, ``model``, ``n``) cell: its tuning, then every row on every seed."""
+    chosen, tuning = select(plan, model, n, seed, protocol, echo)
+    chosen.update({label: chosen[row] for label, row in SHARES.items() if row in chosen})
+    final = []
+    for s in range(seed, seed + plan.seeds):
+        ds = load_mnist(train_size=n, test_size=test_size, seed=s)
+        evals = {"x": ds.x_test, "y": ds.y_test, "ood": ood_x}
+        for label in plan.rows(model):
+            point = chosen.get(label, {})
+            rec = {"protocol": protocol, "model": model, "n": n, "phase": "final", "seed": s,
+                   "point": point, **fit_and_score(model, label, point, ds.train(), evals,
+                                                   plan.steps(n), s, protocol)}
+            final.append(rec)
+            if echo:
+                print("  " + report.echo_line(rec), file=sys.stderr, flush=True)
+    return {"chosen": chosen, "tuning": tuning, "final": final}
+
+
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
-        echo: bool = True, plan: Plan | None = None) -> list[dict[str, Any]]:
-    """Tune, run and score every (protocol, model, n, method); write the tables and claims."""
+        echo: bool = True, plan: Plan | None = None,
+        only_settings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Tune, run and score every (protocol, model, n, method); write the tables and claims.
+
+    Each cell is kept in ``out/cells`` (:func:`~bdlkit.bench.common.cached_cell`), so a run
+    resumes after a crash. ``only_settings``: run just these protocols (``--settings a``);
+    two processes can share ``out`` with disjoint protocols, and a last run without it
+    writes the whole table from their cells."""
     start = time.perf_counter()
     plan = plan or make_plan(quick)
+    unknown = sorted(set(only_settings) - set(plan.protocols))
+    if unknown:
+        raise ValueError(f"unknown settings {unknown} of suite 'bnn-lowdata'; valid: "
+                         f"{', '.join(plan.protocols)} (protocols)")
+    if only_settings:
+        plan = dataclasses.replace(plan, protocols=tuple(p for p in plan.protocols
+                                                         if p in only_settings))
     prepare_bench_out(out)
     warm_up()
     ood_x = load_notmnist().x_test[: plan.ood_points]
@@ -363,26 +396,16 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     for protocol in plan.protocols:
         for model in plan.models:
             for n in plan.sizes:
-                chosen, records = select(plan, model, n, seed, protocol, echo)
-                chosen.update({label: chosen[row] for label, row in SHARES.items()
-                               if row in chosen})
-                tuning += records
-                cell = []
-                for s in range(seed, seed + plan.seeds):
-                    ds = load_mnist(train_size=n, test_size=plan.test_size, seed=s)
-                    evals = {"x": ds.x_test, "y": ds.y_test, "ood": ood_x}
-                    for label in plan.rows(model):
-                        point = chosen.get(label, {})
-                        rec = {"protocol": protocol, "model": model, "n": n, "phase": "final",
-                               "seed": s, "point": point,
-                               **fit_and_score(model, label, point, ds.train(), evals,
-                                               plan.steps(n), s, protocol)}
-                        cell.append(rec)
-                        if echo:
-                            print("  " + report.echo_line(rec), file=sys.stderr, flush=True)
-                final += cell
-                rows += [report.summarize([r for r in cell if r["label"] == label],
-                                          chosen.get(label, "fixed")) for label in plan.rows(model)]
+                key = {"plan": dataclasses.asdict(plan) | {"protocols": None}, "seed": seed,
+                       "grids": GRIDS, "methods": METHODS, "model_hyper": MODEL_HYPER,
+                       "eval_draws": EVAL_DRAWS}
+                cell = cached_cell(out, f"{protocol}-{model}-{n}", key, lambda: run_cell(
+                    plan, model, n, seed, protocol, plan.test_size, ood_x, echo), echo)
+                tuning += cell["tuning"]
+                final += cell["final"]
+                rows += [report.summarize([r for r in cell["final"] if r["label"] == label],
+                                          cell["chosen"].get(label, "fixed"))
+                         for label in plan.rows(model)]
     claims = {baseline: report.compute_claims(final, rows, baseline)
               for baseline in report.BASELINES}
     settings = {"plan": dataclasses.asdict(plan), "seed": seed, "init_std": INIT_STD,

@@ -1,9 +1,11 @@
-"""Pieces every benchmark suite shares: machine description and a warm-up."""
+"""Pieces every benchmark suite shares: machine description, a warm-up, cached cells."""
 
 from __future__ import annotations
 
 import os
 import platform
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,36 @@ def warm_up() -> None:
     model = BayesianModel(net, "categorical", prior=1.0, num_data=ds.num_train)
     for method in ("map", "sgld"):
         infer(model, method, data=ds, steps=20, seed=0)
+
+
+def cached_cell(out: Path, name: str, key: dict[str, Any], compute: Callable[[], Any],
+                echo: bool = True) -> Any:
+    """``compute()``, or what an earlier run with the same ``key`` left in
+    ``out/cells/<name>.json``: a suite of hours resumes after a crash, and processes that
+    run disjoint ``--settings`` of one suite share one folder (a last run without
+    ``--settings`` then only writes the tables). ``key`` holds everything the value depends
+    on that a rerun could change (plan, seed, grids); delete ``cells/`` after changing the
+    code. ``compute()`` must return JSON (NaN and ±inf are stored as null)."""
+    import json
+
+    from bdlkit.core.errors import CorruptFileError
+    from bdlkit.core.serialization import load_json, save_json
+
+    path = out / "cells" / f"{name}.json"
+    key = json.loads(json.dumps(key, default=str))
+    if path.is_file():
+        try:
+            stored = load_json(path)
+        except CorruptFileError:  # a run killed mid-write cannot leave one (atomic writes)
+            stored = None
+        if isinstance(stored, dict) and stored.get("key") == key:
+            if echo:
+                print(f"  {name}: reused from {path}", file=sys.stderr, flush=True)
+            return stored["value"]
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_json(path, {"key": key, "value": value})
+    return json.loads(path.read_text())["value"]  # the same value, stored or reused
 
 
 def mean_std(runs: list[dict[str, Any]], keys: tuple[str, ...] | list[str],
