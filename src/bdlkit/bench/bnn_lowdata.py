@@ -51,6 +51,7 @@ Gaussian elsewhere; not in the full plan).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -399,8 +400,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 key = {"plan": dataclasses.asdict(plan) | {"protocols": None}, "seed": seed,
                        "grids": GRIDS, "methods": METHODS, "model_hyper": MODEL_HYPER,
                        "eval_draws": EVAL_DRAWS}
-                cell = cached_cell(out, f"{protocol}-{model}-{n}", key, lambda: run_cell(
-                    plan, model, n, seed, protocol, plan.test_size, ood_x, echo), echo)
+                compute = functools.partial(run_cell, plan, model, n, seed, protocol,
+                                            plan.test_size, ood_x, echo)
+                cell = cached_cell(out, f"{protocol}-{model}-{n}", key, compute, echo)
                 tuning += cell["tuning"]
                 final += cell["final"]
                 rows += [report.summarize([r for r in cell["final"] if r["label"] == label],
