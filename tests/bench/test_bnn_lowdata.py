@@ -1,8 +1,10 @@
 """The ``bnn-lowdata`` suite: the verdict functions, the claims, and a tiny run end to end."""
 
 import json
+import math
 
 import pytest
+import torch
 
 from bdlkit import bench
 from bdlkit.bench import bnn_lowdata, bnn_lowdata_report
@@ -14,6 +16,8 @@ from bdlkit.bench.bnn_lowdata_report import (
     overall_verdict,
     sigma_warning,
 )
+from bdlkit.evaluation.predictive import bma
+from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
 
 
 def test_mean_se():
@@ -130,6 +134,7 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
         assert 0 <= r["ood_auroc"] <= 1 and r["nll"] > 0 and "ece_std" not in r
     for r in (r for r in rows if r["method"] in bnn_lowdata.VI_ROWS):
         assert r["sigma_moved"] > 0 and 0 <= r["unconverged"] <= 1 and "/1" in r["converged"]
+        assert r["nll_at_mean"] > 0
     assert rows[1]["chosen"]["lr"] in bnn_lowdata.LR_GRID
     assert rows[4]["chosen"] == rows[3]["chosen"]  # ivon_opt runs at ivon's point
     results = json.loads((tmp_path / "results.json").read_text())
@@ -141,7 +146,7 @@ def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
         assert {c["overall"] for c in claims.values()} == {"inconclusive"}
     text = (tmp_path / "results.md").read_text()
     for column in ("error (%)", "nll", "ece", "brier", "OOD AUROC", "seconds", "σ median",
-                   "σ moved", "chosen", "## Claims (score_vi_prox against advi)",
+                   "σ moved", "NLL at μ", "chosen", "## Claims (score_vi_prox against advi)",
                    "## Claims (score_vi_prox against ivon)", "unconverged", "laplace"):
         assert column in text
     # a rerun (after a crash, or after `--settings a` and `--settings b` in two processes
@@ -166,3 +171,24 @@ def test_a_last_layer_flow_row_reports_its_monte_carlo_sigma(tmp_path, monkeypat
         assert 0.5 < r["sigma_q10"] / bnn_lowdata.INIT_STD <= r["sigma_q90"] / \
             bnn_lowdata.INIT_STD < 1.5
     assert abs(flow["sigma_median"] - diag["sigma_median"]) < 0.2 * diag["sigma_median"]
+
+
+def test_nll_at_the_mean_is_the_bma_of_a_q_whose_sigma_is_negligible():
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 1, 28, 28), torch.randint(0, 10, (40,))
+    problem = bnn_lowdata.make_problem("mlp", (x, y), 0, "b")
+    mu = problem.init_params()
+
+    def q(sigma):
+        rho = {k: torch.full_like(v, math.log(sigma)) for k, v in mu.items()}
+        return DiagGaussian(DiagGaussianParams(mu=mu, rho=rho))
+
+    evals = {"x": x, "y": y}
+    at_mean = bnn_lowdata.at_mean(problem, q(1.0), evals)["nll_at_mean"]
+
+    def bma_nll(sigma):
+        stacked = q(sigma).sample(64, generator=torch.Generator().manual_seed(0))
+        draws = [{k: v[i] for k, v in stacked.items()} for i in range(64)]
+        return bnn_lowdata.score(bma(problem, draws, x), evals, None)["nll"]
+
+    assert abs(bma_nll(1e-7) - at_mean) < 1e-5 and abs(bma_nll(1.0) - at_mean) > 0.01

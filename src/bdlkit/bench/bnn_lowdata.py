@@ -36,7 +36,9 @@ point then runs on :data:`SEEDS` seeds (seed s: network init, data order, noise,
 
 Per row, mean ± std over seeds: test error, NLL, top-label ECE (15 bins), Brier, OOD AUROC,
 training seconds, and for the VI rows the 10/50/90 % quantiles of σ, σ moved = median σ /
-the row's own median σ₀, and **convergence**: the fraction of weights whose ELBO gradient
+the row's own median σ₀, the NLL of the network at q's mean alone (``NLL at μ``: what
+the BMA adds over its mean; a q whose σ is too small to matter scores the same), and
+**convergence**: the fraction of weights whose ELBO gradient
 at the final q, with the full-data score, still asks for a significant Newton step
 (:func:`bdlkit.engine.vi_checks.stationarity`; "converged" below 1 %). The claims and
 verdicts: :mod:`bdlkit.bench.bnn_lowdata_report`. A failing run keeps its record.
@@ -70,6 +72,7 @@ from bdlkit.bench import peers
 from bdlkit.bench.common import cached_cell, prepare_bench_out, warm_up, write_results
 from bdlkit.data.images import load_mnist, load_notmnist
 from bdlkit.engine.vi_checks import stationarity
+from bdlkit.evaluation.predictive import bma
 from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
 from bdlkit.metrics.ood import ood_auroc
 from bdlkit.problems import BayesianModel
@@ -214,7 +217,8 @@ def fit_and_score(model: str, label: str, point: dict[str, Any], train: tuple[Te
             q = result.algorithm.approximation(result.state)
             q0 = result.algorithm.approximation(result.algorithm.init(
                 generator=torch.Generator().manual_seed(seed)))
-            record.update(sigma_quantiles(q, q0), **convergence(problem, q, train))
+            record.update(sigma_quantiles(q, q0), **convergence(problem, q, train),
+                          **at_mean(problem, q, evals))
         record["eval_s"] = time.perf_counter() - start
     except Exception as err:  # noqa: BLE001 - a failing method keeps its record
         record["status"] = f"error: {type(err).__name__}: {str(err)[:300]}"
@@ -254,9 +258,10 @@ def _peer(model: str, label: str, hyper: dict[str, Any], train: tuple[Tensor, Te
         sigma0 = (ess * (h0 + opt.param_groups[0]["weight_decay"])) ** -0.5
         q0 = DiagGaussian(DiagGaussianParams(mu=q.params.mu, rho={
             k: torch.full_like(v, math.log(sigma0)) for k, v in q.params.rho.items()}))
+        problem = make_problem(model, train, seed, protocol)
         return {"train_s": train_s, **score(predict(evals["x"]), evals, predict),
-                **sigma_quantiles(q, q0),
-                **convergence(make_problem(model, train, seed, protocol), q, train)}
+                **sigma_quantiles(q, q0), **convergence(problem, q, train),
+                **at_mean(problem, q, evals)}
     result = infer(make_problem(model, train, seed, protocol), "map", data=train, steps=steps,
                    seed=seed, batch_size=BATCH, **hyper)
     net = make_net(model, shape, seed)
@@ -292,6 +297,13 @@ def score(probs: Any, evals: dict[str, Tensor | None], predict: Any) -> dict[str
         ood = predict(evals["ood"])
         out["ood_auroc"] = ood_auroc(p, getattr(ood, "probs", ood))
     return out
+
+
+def at_mean(problem: BayesianModel, q: Any, evals: dict[str, Tensor | None]) -> dict[str, float]:
+    """The test NLL of the network at q's mean alone: the part of a VI row's NLL that its
+    σ does not explain (a BMA that scores as its mean is a point estimate's)."""
+    return {"nll_at_mean": score(bma(problem, [q.params.mu], evals["x"]), {"y": evals["y"]},
+                                 None)["nll"]}
 
 
 def sigma_quantiles(q: Any, q0: Any) -> dict[str, float]:
@@ -353,6 +365,7 @@ def select(plan: Plan, model: str, n: int, seed: int, protocol: str,
 def run_cell(plan: Plan, model: str, n: int, seed: int, protocol: str, test_size: int | None,
              ood_x: Tensor, echo: bool) -> dict[str, Any]:
     """One (``protocol``, ``model``, ``n``) cell: its tuning, then every row on every seed."""
+    start = time.perf_counter()
     chosen, tuning = select(plan, model, n, seed, protocol, echo)
     chosen.update({label: chosen[row] for label, row in SHARES.items() if row in chosen})
     final = []
@@ -367,7 +380,8 @@ def run_cell(plan: Plan, model: str, n: int, seed: int, protocol: str, test_size
             final.append(rec)
             if echo:
                 print("  " + report.echo_line(rec), file=sys.stderr, flush=True)
-    return {"chosen": chosen, "tuning": tuning, "final": final}
+    return {"chosen": chosen, "tuning": tuning, "final": final,
+            "wall_s": time.perf_counter() - start}
 
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
@@ -394,6 +408,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     tuning: list[dict[str, Any]] = []
     final: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
+    cell_s: list[float | None] = []  # each cell's compute time, when it was run or reused
     for protocol in plan.protocols:
         for model in plan.models:
             for n in plan.sizes:
@@ -405,6 +420,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 cell = cached_cell(out, f"{protocol}-{model}-{n}", key, compute, echo)
                 tuning += cell["tuning"]
                 final += cell["final"]
+                cell_s.append(cell.get("wall_s"))
                 rows += [report.summarize([r for r in cell["final"] if r["label"] == label],
                                           cell["chosen"].get(label, "fixed"))
                          for label in plan.rows(model)]
@@ -414,7 +430,8 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 "grids": GRIDS, "eval_draws": EVAL_DRAWS, "val_fraction": VAL_FRACTION,
                 "methods": METHODS, "model_hyper": MODEL_HYPER, "protocols": PROTOCOLS,
                 "models": {m: MODEL_TEXT[m] for m in plan.models}, "batch_size": BATCH,
-                "prior_scale": 1.0, "wall_s": time.perf_counter() - start}
+                "prior_scale": 1.0, "wall_s": time.perf_counter() - start,
+                "cells_s": None if None in cell_s else sum(cell_s)}
     setup = (f"{', '.join(MODEL_TEXT[m] for m in plan.models)} on MNIST with n in "
              f"{list(plan.sizes)} training images, prior N(0, 1), batch {BATCH}, "
              f"{plan.epochs} epochs, protocols "
@@ -423,7 +440,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
              + ("tuned on a 20 % validation split of the first seed"
                 if plan.tune else "no tuning (middle grid point)")
              + f", OOD notMNIST ({plan.ood_points or 'all'} images); wall time "
-             f"{settings['wall_s']:.0f} s")
+             f"{settings['wall_s']:.0f} s"
+             + (f" (its cells computed in {settings['cells_s']:.0f} s)"
+                if settings["cells_s"] is not None else " (cells reused from an earlier run)"))
     note = "\n\n".join((*report.NOTES, *(report.claims_markdown(c, b)
                                           for b, c in claims.items())))
     write_results(out, "bnn-lowdata", quick, command, "BNNs on small MNIST training sets",

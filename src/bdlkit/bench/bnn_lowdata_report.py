@@ -35,7 +35,7 @@ from bdlkit.bench.common import mean_std
 Record = dict[str, Any]
 
 #: Per-seed values averaged into a row (mean, and ``_std`` over seeds).
-VALUES = ("error", "nll", "ece", "brier", "ood_auroc", "train_s", "sigma_q10", "sigma_median",
+VALUES = ("error", "nll", "nll_at_mean", "ece", "brier", "ood_auroc", "train_s", "sigma_q10", "sigma_median",
           "sigma_q90", "sigma_moved", "unconverged")
 #: claim key -> (metric, kind, scale of the differences, margin, text). ``kind``: "lower"
 #: (score_vi_prox below advi) or "margin" (|difference| within ``margin``, in scaled units).
@@ -57,7 +57,9 @@ NOTES = (
     "Metrics: the BMA predictive on the test split (error in %, NLL, top-label ECE with 15 "
     "bins, Brier) and the AUROC of its entropy against notMNIST; `seconds`: one run's "
     "training wall time (`laplace`: the MAP training and the Laplace fit); σ: quantiles "
-    "over all weights, σ moved = median σ / median σ₀ (the row's own start); `unconverged`: "
+    "over all weights, σ moved = median σ / median σ₀ (the row's own start); `NLL at μ`: "
+    "the test NLL of the network at q's mean alone (a BMA no better than it has a σ too "
+    "small to matter); `unconverged`: "
     "the fraction of weights whose ELBO gradient at the final q, with the full-data score, "
     "still asks for a significant Newton step of more than 0.5 σ in the mean or 0.3 in "
     "log σ (a fit is converged below 0.01); mean ± std over seeds.",
@@ -173,11 +175,11 @@ def compute_claims(records: Sequence[Record], rows: Sequence[Record],
 
 # ------------------------------------------------------------------------ text
 COLUMNS = [("protocol", None), ("model", None), ("n", None), ("method", None), ("status", None),
-           ("chosen", None), ("error", ".2f"), ("nll", ".4f"), ("ece", ".4f"),
+           ("chosen", None), ("error", ".2f"), ("nll", ".4f"), ("nll_at_mean", ".4f"), ("ece", ".4f"),
            ("brier", ".4f"), ("ood_auroc", ".4f"), ("train_s", ".1f"), ("sigma_q10", ".3g"),
            ("sigma_median", ".3g"), ("sigma_q90", ".3g"), ("sigma_moved", ".3g"),
            ("unconverged", ".3g"), ("converged", None)]
-HEADERS = {"error": "error (%)", "ood_auroc": "OOD AUROC", "train_s": "seconds",
+HEADERS = {"error": "error (%)", "nll_at_mean": "NLL at μ", "ood_auroc": "OOD AUROC", "train_s": "seconds",
            "sigma_q10": "σ q10", "sigma_median": "σ median", "sigma_q90": "σ q90",
            "sigma_moved": "σ moved"}
 
