@@ -301,7 +301,10 @@ def score(probs: Any, evals: dict[str, Tensor | None], predict: Any) -> dict[str
 
 def at_mean(problem: BayesianModel, q: Any, evals: dict[str, Tensor | None]) -> dict[str, float]:
     """The test NLL of the network at q's mean alone: the part of a VI row's NLL that its
-    σ does not explain (a BMA that scores as its mean is a point estimate's)."""
+    σ does not explain (a BMA that scores as its mean is a point estimate's). Diagonal
+    Gaussians only: a flow's mean has no closed form (its rows leave it empty)."""
+    if not isinstance(q, DiagGaussian):
+        return {}
     return {"nll_at_mean": score(bma(problem, [q.params.mu], evals["x"]), {"y": evals["y"]},
                                  None)["nll"]}
 
@@ -325,7 +328,10 @@ def result_sigma(result: Any) -> dict[str, float]:
 
 
 def convergence(problem: BayesianModel, q: Any, train: tuple[Tensor, Tensor]) -> dict[str, Any]:
-    """The stationarity of the ELBO at ``q`` with the full-data score (module docstring)."""
+    """The stationarity of the ELBO at ``q`` with the full-data score (module docstring);
+    diagonal Gaussians only (a flow row leaves it empty)."""
+    if not isinstance(q, DiagGaussian):
+        return {}
     summary = stationarity(problem, q, train, draws=CONVERGENCE_DRAWS).summary()
     return {"unconverged": summary["unconverged"], "converged":
             summary["unconverged"] < CONVERGED_BELOW, "mean_step_q90": summary["mean_step_q90"],

@@ -37,16 +37,17 @@ def cached_cell(out: Path, name: str, key: dict[str, Any], compute: Callable[[],
     """``compute()``, or what an earlier run with the same ``key`` left in
     ``out/cells/<name>.json``: a suite of hours resumes after a crash, and processes that
     run disjoint ``--settings`` of one suite share one folder (a last run without
-    ``--settings`` then only writes the tables). ``key`` holds everything the value depends
-    on that a rerun could change (plan, seed, grids); delete ``cells/`` after changing the
-    code. ``compute()`` must return JSON (NaN and ±inf are stored as null)."""
+    ``--settings`` then only writes the tables). ``key`` holds the options the value
+    depends on (plan, seed, grids); the code is in it too (:func:`source_digest`), so a
+    cell computed by other code is never reused. ``compute()`` must return JSON (NaN and
+    ±inf are stored as null)."""
     import json
 
     from bdlkit.core.errors import CorruptFileError
     from bdlkit.core.serialization import load_json, save_json
 
     path = out / "cells" / f"{name}.json"
-    key = json.loads(json.dumps(key, default=str))
+    key = json.loads(json.dumps({**key, "code": source_digest()}, default=str))
     if path.is_file():
         try:
             stored = load_json(path)
@@ -60,6 +61,17 @@ def cached_cell(out: Path, name: str, key: dict[str, Any], compute: Callable[[],
     path.parent.mkdir(parents=True, exist_ok=True)
     save_json(path, {"key": key, "value": value})
     return json.loads(path.read_text())["value"]  # the same value, stored or reused
+
+
+def source_digest() -> str:
+    """SHA-256 of bdlkit's own source files (``*.py`` under the package, in path order)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def mean_std(runs: list[dict[str, Any]], keys: tuple[str, ...] | list[str],
