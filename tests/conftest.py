@@ -25,6 +25,30 @@ if not os.environ.get("BDLKIT_DATA") and _CHECKOUT_DATA.is_dir():
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# ArviZ writes a daily stamp on import (a temporary file renamed into place, one name for
+# every process): two xdist workers importing it at once on a fresh machine race, and the
+# loser's collection fails with FileNotFoundError. Write today's stamp first, each worker
+# under its own temporary name, so ArviZ finds it and writes nothing.
+def _write_arviz_stamp() -> None:
+    import datetime
+
+    from platformdirs import user_cache_dir
+
+    stamp = Path(user_cache_dir("arviz", "arviz")) / "daily_warning"
+    today = datetime.date.today().isoformat()
+    try:
+        if stamp.is_file() and stamp.read_text().strip() == today:
+            return
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stamp.with_name(f"daily_warning.{os.getpid()}.tmp")
+        tmp.write_text(today)
+        os.replace(tmp, stamp)
+    except OSError:  # a read-only cache: ArviZ's own write fails the same way, not ours
+        pass
+
+
+_write_arviz_stamp()
+
 
 @pytest.fixture
 def blr():

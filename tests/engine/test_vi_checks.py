@@ -115,7 +115,7 @@ def test_a_network_q_is_checked_with_the_full_data_score():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VIWarning)
         short = bdlkit.infer(classifier(), "advi", data=(x, y), steps=5, batch_size=40)
-        long = bdlkit.infer(classifier(), "advi", data=(x, y), steps=6000, batch_size=40,
+        long = bdlkit.infer(classifier(), "advi", data=(x, y), steps=1500, batch_size=40,
                             init_std=0.3, lr=3e-2, num_samples=4)
     fraction = {name: stationarity(r.problem, r.algorithm.approximation(r.state), (x, y),
                                    draws=64).summary()["unconverged"]
