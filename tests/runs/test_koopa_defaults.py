@@ -30,7 +30,7 @@ def map_mse(tmp_path_factory):
     return fit(tmp_path_factory.mktemp("map") / "R", "map")["mse"]
 
 
-@pytest.mark.slow  # 5 Koopa fits, about 6 minutes of CPU: `make test-slow` (CI runs it)
+@pytest.mark.slow  # 5 Koopa fits, about 6 minutes of CPU: `make test-slow`
 @pytest.mark.parametrize(("method", "option", "value"), [
     ("advi", "lr", 1e-3), ("ivon", "lr", 1e-2), ("score_vi", "lr", 1e-3),
     ("score_vi --solver closed_form", "omega", 1e-2),
