@@ -23,7 +23,7 @@ LAYERS = {
     "runs": 5,
     "infer": 6, "__init__": 6,
     "bench": 7,
-    "cli": 8, "cli_errors": 8, "__main__": 8,
+    "cli": 8, "cli_errors": 8, "cli_options": 8, "__main__": 8,
 }
 
 

@@ -26,31 +26,34 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
-import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from bdlkit import algorithms, bench, data, models
-from bdlkit.cli_errors import OneLineParser, method_value, option_type, relabel, run_guarded
+from bdlkit.cli_errors import OneLineParser, run_guarded
+from bdlkit.cli_options import (
+    HYPER_PREFIX,
+    add_config_options,
+    add_method_options,
+    given_keys,
+    prescan_method,
+    run_config,
+)
 from bdlkit.core import distributed
 from bdlkit.core.errors import InputError
 from bdlkit.l2e import command as l2e_command
 from bdlkit.meta_sgmcmc import command as meta_sgmcmc_command
 from bdlkit.runs import console, ranks
 from bdlkit.runs.config import (
-    ConfigValueError,
     RunConfig,
     check_keys,
-    checked_cli_value,
     method_hyperparameters,
-    method_options,
 )
 from bdlkit.runs.yaml_files import load_yaml
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
-HYPER_PREFIX = "hyper__"
 TENSORBOARD_CHAINS = ("--tensorboard with --chain-groups would mix the chains' curves in one "
                       "folder: drop it (each chain's log.jsonl holds its curve)")
 FIT_EXAMPLES = """examples:
@@ -74,7 +77,7 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
                        "log.jsonl, checkpoints/, samples/, metrics.json, report.md).",
                        epilog=FIT_EXAMPLES + "\n\nmethod options: see `bdlkit fit --method M "
                        "--help`", formatter_class=_FORMATTER)
-    _add_config_options(p)
+    add_config_options(p)
     p.add_argument("--config", metavar="FILE", help="YAML file with any of these options")
     p.add_argument("--out", metavar="DIR", help="new run directory to write")
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
@@ -88,20 +91,6 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
                    "scalars to TensorBoard event files in DIR, one folder per run (needs "
                    "pip install 'bdlkit[tensorboard]'; allowed with --resume)")
     return p
-
-
-def _add_config_options(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """One ``--option`` per :class:`RunConfig` field (but ``hyper`` and ``skip``)."""
-    for f in dataclasses.fields(RunConfig):
-        if f.name == "hyper" or f.name in skip or f.metadata.get("cli") is False:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        kind = _field_type(f)
-        convert = _float_field(f.name) if kind == "float" else kind and option_type(kind, f.name)
-        p.add_argument(flag, dest=f.name, type=convert,
-                       default=argparse.SUPPRESS,
-                       metavar=f.name.upper() if kind != "json" else "JSON",
-                       help=f.metadata.get("help", "").replace("%", "%%"))
 
 
 REFERENCE_EXAMPLES = """examples:
@@ -123,7 +112,7 @@ def _reference_parser(sub: Any) -> argparse.ArgumentParser:
                        "size adapted over 150 iterations; nuts: warm-up = burn-in.",
                        epilog=REFERENCE_EXAMPLES, formatter_class=_FORMATTER)
     p.add_argument("method", metavar="METHOD", choices=("hmc", "nuts"), help="hmc or nuts")
-    _add_config_options(p, skip=("method", "eval_every", "eval_samples"))
+    add_config_options(p, skip=("method", "eval_every", "eval_samples"))
     p.add_argument("--chains", type=int, default=4, help="independent chains (default 4)")
     p.add_argument("--workers", type=int, default=None,
                    help="chains run in parallel processes (default: min(chains, CPUs))")
@@ -140,7 +129,7 @@ def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
     values["method"] = args.method
     values["hyper"] = {k[len(HYPER_PREFIX):]: v for k, v in vars(args).items()
                        if k.startswith(HYPER_PREFIX)}
-    cfg = _run_config(reference.with_defaults(values), _given_keys(values), None)
+    cfg = run_config(reference.with_defaults(values), given_keys(values), None)
     if args.workers is not None and args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
     ref = reference.build(cfg, args.out, chains=args.chains, workers=args.workers,
@@ -150,97 +139,6 @@ def cmd_reference(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"split R-hat of the test predictive: median {conv['median']:.4f}, max "
           f"{conv['max']:.4f}; reference: {args.out}")
     return 0
-
-
-def _float_field(name: str) -> Any:
-    """The argparse ``type`` of a float :class:`RunConfig` field: parsed and range-checked
-    as a config file's value is, a bad one an argparse error naming the allowed range."""
-    def convert(text: str) -> Any:
-        try:
-            return checked_cli_value(name, text)
-        except ConfigValueError as err:
-            raise argparse.ArgumentTypeError(err.problem) from None
-
-    convert.__name__ = "float"
-    return convert
-
-
-def _field_type(f: dataclasses.Field) -> str | None:
-    """``"json"``, ``"int"`` or ``"float"`` for the field's values; None for text."""
-    text = str(f.type)
-    if text.startswith("dict"):
-        return "json"
-    return next((kind for kind in ("int", "float") if text.startswith(kind)), None)
-
-
-def _given_keys(values: dict[str, Any]) -> set[str]:
-    """The keys of ``values`` as :class:`ConfigValueError` names them (``hyper.lr``)."""
-    hyper = values.get("hyper") or {}
-    return {k for k in values if k != "hyper"} | {f"hyper.{k}" for k in hyper}
-
-
-def _run_config(values: dict[str, Any], on_command_line: set[str],
-                config_file: str | None) -> RunConfig:
-    """``RunConfig(**values)``; a bad value is named where it was given (:func:`relabel`)."""
-    try:
-        return RunConfig(**values)
-    except ConfigValueError as err:
-        raise relabel(err, on_command_line, config_file) from None
-
-
-def _add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
-    """Add ``--<hyperparameter>`` options of ``method``, with the help, default and allowed
-    values its algorithm class declares (:func:`bdlkit.algorithms.options.options`)."""
-    group = fit.add_argument_group(f"options of method {method!r}")
-    for option in method_options(method).values():
-        name, default = option.name, option.default
-        flags = ["--" + name.replace("_", "-")] + (["--" + name] if "_" in name else [])
-        group.add_argument(*flags, dest=HYPER_PREFIX + name,
-                           type=lambda text, d=default, n=name: method_value(text, d, n),
-                           default=argparse.SUPPRESS, metavar=name.upper(),
-                           help=_option_help(option).replace("%", "%%"))
-
-
-def _option_help(option: Any) -> str:
-    """``"<help> (one of a, b; default x)"``: the class's ``Args:`` line and its field."""
-    notes = []
-    if option.choices:
-        notes.append("one of " + ", ".join(str(c) for c in option.choices))
-    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", option.help).replace("``", "").rstrip(".")
-    if not option.required and "default" not in text:  # else the help says it already
-        notes.append("default: set by the method" if option.default is None
-                     else f"default {option.default!r}")
-    return f"{text} ({'; '.join(notes)})" if notes else text
-
-
-def _prescan_method(argv: list[str]) -> str | None:
-    """The method named by ``--method``, in the ``--config`` file or in the ``--resume``
-    run's config.yaml, before parsing."""
-    files = []
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if i + 1 < len(argv) else None
-        if arg == "--method" and value:
-            return value
-        if arg.startswith("--method="):
-            return arg.split("=", 1)[1]
-        if arg in ("--config", "--resume") and value:
-            files += _run_configs(value) if arg == "--resume" else [Path(value)]
-        elif arg.startswith(("--config=", "--resume=")):
-            name, value = arg[2:].split("=", 1)
-            files += _run_configs(value) if name == "resume" else [Path(value)]
-    for path in files:
-        if path.is_file():
-            try:
-                method = load_yaml(path).get("method")
-            except (ValueError, OSError):  # cmd_fit reports it
-                return None
-            return method if isinstance(method, str) else None
-    return None
-
-
-def _run_configs(run_dir: str) -> list[Path]:
-    """Where a run's config.yaml is: the run folder, or its first chain's (chain groups)."""
-    return [Path(run_dir) / "config.yaml", Path(run_dir) / "chain-0" / "config.yaml"]
 
 
 def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -286,7 +184,7 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
     values["hyper"] = {**(values.get("hyper") or {}), **hyper}
     if args.out is None:
         parser.error("--out DIR is required (the run directory to write)")
-    cfg = _run_config(values, _given_keys({**given, "hyper": hyper}), args.config)
+    cfg = run_config(values, given_keys({**given, "hyper": hyper}), args.config)
     if cfg.chain_groups > 1 and args.tensorboard:
         raise InputError(TENSORBOARD_CHAINS)
     with distributed.joined(cfg.chain_groups, cfg.device) as topology:
@@ -469,12 +367,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser, fit_parser, ref_parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    method = _prescan_method(argv) if argv[:1] == ["fit"] else None
+    method = prescan_method(argv) if argv[:1] == ["fit"] else None
     if argv[:1] == ["reference"]:
         method = next((a for a in argv[1:] if a in ("hmc", "nuts")), None)
     sub_parser = ref_parser if argv[:1] == ["reference"] else fit_parser
     if method in algorithms.METHODS:
-        _add_method_options(sub_parser, method)
+        add_method_options(sub_parser, method)
     args, extra = parser.parse_known_args(argv)
     if extra:
         if args.command in ("fit", "reference"):
