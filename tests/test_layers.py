@@ -67,6 +67,6 @@ def test_imports_only_go_downward():
 
 def test_the_top_level_holds_only_the_api_and_the_layers():
     loose = sorted(p.stem for p in ROOT.glob("*.py"))
-    assert loose == ["__init__", "__main__", "cli", "cli_errors", "infer"]
+    assert loose == ["__init__", "__main__", "cli", "cli_errors", "cli_options", "infer"]
     assert set(LAYERS) >= {p.name for p in ROOT.iterdir() if p.is_dir() and
                            (p / "__init__.py").exists()}
