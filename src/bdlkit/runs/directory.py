@@ -31,7 +31,6 @@ from torch import Tensor
 from bdlkit import data as data_module
 from bdlkit import evaluation, metrics, models
 from bdlkit.algorithms import get_method
-from bdlkit.algorithms.vi.score_vi import ScoreVI
 from bdlkit.core.distributed import SINGLE, Topology
 from bdlkit.core.errors import CorruptFileError, InputError
 from bdlkit.core.lock import LOCK_FILES, run_lock
@@ -58,7 +57,7 @@ from bdlkit.problems.priors import IsotropicGaussian
 from bdlkit.problems.select import parameter_selection, select_parameters
 from bdlkit.runs import likelihood_choice
 from bdlkit.runs import report as run_report
-from bdlkit.runs.config import RunConfig, resolved_hyper
+from bdlkit.runs.config import RunConfig, method_options, resolved_hyper
 from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 TASKS = ("classification", "regression", "forecasting")
@@ -200,7 +199,7 @@ def run_hyper(cfg: RunConfig) -> dict[str, Any]:
     unset (:func:`bdlkit.models.method_options`: Koopa's smaller VI step sizes)."""
     key = cfg.method
     if cfg.method == "score_vi":  # score_vi's step sizes are its solver's
-        key = f"score_vi/{cfg.hyper.get('solver', ScoreVI.__dataclass_fields__['solver'].default)}"
+        key = f"score_vi/{cfg.hyper.get('solver', method_options('score_vi')['solver'].default)}"
     return {**models.method_options(cfg.model, key, cfg.hyper), **cfg.hyper}
 
 

@@ -19,8 +19,9 @@ Inference", NeurIPS 2020, average the iterates for the same reason). ``average=N
 0.5 on a Target and 0 on a network, whose mean still improves in the second half of a
 run (there the cosine alone, as IVON, is the default). λ̄ averages the mean and the
 precision 1/σ² of the diagonal Gaussian (averaging log σ biased σ up by 2.5 % on a
-Gaussian, the closed form's fast curvature average being that noisy); the approximation of a state is λ̄ once it holds an iterate (the
-state's :class:`RunningMean` counts them, so any copy of the method reads it alike).
+Gaussian, the closed form's fast curvature average being that noisy); the approximation
+of a state is λ̄ once it holds an iterate (the state's :class:`RunningMean` counts them,
+so any copy of the method reads it alike).
 
 T (``run_steps``) is the run's length: :func:`bdlkit.infer` and the runner bind it through
 :meth:`Annealing.for_run`. A loop of one's own that never binds it (nor passes
