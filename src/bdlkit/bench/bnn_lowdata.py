@@ -65,8 +65,6 @@ import torch
 from torch import Tensor
 
 from bdlkit import infer, metrics, models
-from bdlkit.algorithms import get_method
-from bdlkit.algorithms.options import options
 from bdlkit.bench import bnn_lowdata_report as report
 from bdlkit.bench import peers
 from bdlkit.bench.common import cached_cell, prepare_bench_out, warm_up, write_results
@@ -76,6 +74,7 @@ from bdlkit.evaluation.predictive import bma
 from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
 from bdlkit.metrics.ood import ood_auroc
 from bdlkit.problems import BayesianModel
+from bdlkit.runs.config import method_options
 
 DESCRIPTION = ("BNNs on 500-2000 MNIST images (MLP, CNN), BayesDLL's kld 1e-3 and kld 1: "
                "score_vi's closed form against ADVI, IVON, peers, SG-MCMC, L2E, ensembles")
@@ -244,8 +243,9 @@ def _peer(model: str, label: str, hyper: dict[str, Any], train: tuple[Tensor, Te
     kld, start = PROTOCOLS[protocol], time.perf_counter()
     shape = tuple(x.shape[1:])
     if label == "ivon_opt":
-        defaults = {o.name: o.default for o in options(get_method("ivon").ALGORITHM)}
-        lr, h0 = hyper.get("lr", defaults["lr"]), hyper.get("hess_init", defaults["hess_init"])
+        declared = method_options("ivon")
+        lr = hyper.get("lr", declared["lr"].default)
+        h0 = hyper.get("hess_init", declared["hess_init"].default)
         net, opt = peers.ivon_opt_fit(lambda: make_net(model, shape, seed), train, steps=steps,
                                       batch_size=BATCH, seed=seed, lr=lr, hess_init=h0, kld=kld)
         train_s = time.perf_counter() - start
