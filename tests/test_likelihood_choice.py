@@ -43,6 +43,17 @@ def test_a_likelihood_of_another_task_is_refused(spec, task, valid):
         choice.resolved(spec, task)
 
 
+@pytest.mark.parametrize("spec, task, other", [("categorical", "regression", "classification"),
+                                                ("gaussian", "classification", "regression")])
+def test_a_likelihood_of_the_other_task_names_the_data_kwargs_that_switch_it(spec, task, other):
+    """Issue 43, own data 3: a CSV of 0/1 labels read as regression, then --likelihood
+    categorical: the refusal names --data-kwargs '{"task": "classification"}'."""
+    switch = f"""--data-kwargs '{{"task": "{other}"}}'"""
+    with pytest.raises(ConfigValueError) as err:
+        choice.resolved(spec, task)
+    assert switch in str(err.value) and f'task="{other}"' in str(err.value)
+
+
 def test_auto_is_todays_choice_and_outputs_follow_the_likelihood():
     assert [choice.resolved("auto", t) for t in choice.BY_TASK] == ["categorical", "gaussian",
                                                                      "gaussian"]

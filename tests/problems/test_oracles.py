@@ -85,7 +85,7 @@ def test_the_flat_module_oracle_is_not_used_where_it_does_not_apply():
     from bdlkit.core.flat import FlatLayout, FlatProblem
 
     net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 1)).double()
-    for model in (bdlkit.BayesianModel(net, "gaussian", num_data=20, buffers="batch_stats"),
+    for model in (bdlkit.BayesianModel(net, "gaussian:1", num_data=20, buffers="batch_stats"),
                   bdlkit.BayesianModel(net, Gaussian(learn_noise=True), num_data=20)):
         params = model.init_params()
         flat = FlatProblem(model, FlatLayout.of(params))

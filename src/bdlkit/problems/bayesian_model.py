@@ -57,7 +57,11 @@ class BayesianModel:
 
     Args:
         module: any ``nn.Module`` mapping inputs to outputs (logits, means, ...).
-        likelihood: ``"categorical"``, ``"bernoulli"``, ``"gaussian"`` or a
+        likelihood: a name, the same as ``bdlkit fit --likelihood`` takes:
+            ``"categorical"``, ``"bernoulli"``, ``"gaussian"`` (σ learned with the
+            weights), ``"gaussian:0.1"`` (σ fixed) or ``"heteroscedastic"`` (the network
+            outputs a mean and a σ per target), see
+            :func:`~bdlkit.problems.likelihoods.make_likelihood`; or a
             :class:`~bdlkit.problems.likelihoods.Likelihood`.
         prior: the prior std σ0 of an isotropic Gaussian, or an
             :class:`~bdlkit.problems.priors.IsotropicGaussian` (e.g. with

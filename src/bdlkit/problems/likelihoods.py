@@ -7,7 +7,8 @@ are inferred with the network weights under the names ``likelihood.<name>``.
 
 Supported: :class:`Categorical` (logits ``(B, C)``), :class:`Bernoulli` (logits
 ``(B,)`` or ``(B, 1)``), :class:`Gaussian` with fixed, learned or heteroscedastic
-noise.
+noise. Their names (:data:`NAMES`, :func:`make_likelihood`) are the one vocabulary of the
+Python API, the command line and ``config.yaml``: ``gaussian`` is a learned σ everywhere.
 """
 
 from __future__ import annotations
@@ -236,11 +237,104 @@ class Gaussian(Likelihood):
             )
 
 
-def make_likelihood(spec: str | Likelihood) -> Likelihood:
-    """A likelihood from a name (``categorical``, ``bernoulli``, ``gaussian``) or instance."""
+#: The likelihood names, one vocabulary for ``BayesianModel(likelihood=...)``,
+#: ``bdlkit fit --likelihood`` and ``config.yaml`` (``docs/concepts.md``, "Likelihoods"):
+#: ``gaussian:<sigma>`` stands for any fixed σ > 0, e.g. ``gaussian:0.1``.
+NAMES = ("categorical", "bernoulli", "gaussian", "gaussian:<sigma>", "heteroscedastic")
+FIXED_PREFIX = "gaussian:"
+_MEANINGS = ("categorical (softmax over classes), bernoulli (two classes, one logit), "
+             "gaussian (σ learned with the weights), gaussian:<sigma> (σ fixed, e.g. "
+             "gaussian:0.1) or heteroscedastic (the network outputs a mean and a σ per "
+             "target)")
+
+
+def likelihood_name(spec: str) -> str:
+    """``spec`` checked against :data:`NAMES` and written the one way ``config.yaml`` keeps
+    it (lower case, ``gaussian:0.5``).
+
+    Args:
+        spec: a likelihood name, any case, surrounding spaces allowed.
+
+    Raises:
+        ValueError: not a string, not a name, or ``gaussian:<sigma>`` without a σ > 0.
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"must be a string, one of {', '.join(NAMES)}; got {spec!r}")
+    name = spec.strip().lower()
+    if name.startswith(FIXED_PREFIX):
+        return FIXED_PREFIX + repr(fixed_sigma(name))
+    if name not in NAMES:
+        raise ValueError(f"must be one of {', '.join(NAMES)}, got {spec!r}: {_MEANINGS}")
+    return name
+
+
+def fixed_sigma(name: str) -> float:
+    """σ of ``gaussian:<sigma>``.
+
+    Args:
+        name: ``gaussian:`` followed by a number.
+
+    Raises:
+        ValueError: unless the number is finite and > 0.
+    """
+    text = name[len(FIXED_PREFIX):]
+    try:
+        sigma = float(text)
+    except ValueError:
+        sigma = math.nan
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"gaussian:<sigma> needs a finite number > 0 after the colon (the "
+                         f"fixed noise σ in the units of the targets trained on, e.g. "
+                         f"gaussian:0.1), got {name!r}")
+    return sigma
+
+
+def make_likelihood(spec: str | Likelihood,
+                    start_noise: float | Sequence[float] = 1.0) -> Likelihood:
+    """A likelihood from its name (:data:`NAMES`; ``docs/concepts.md``) or an instance.
+
+    ``categorical`` → :class:`Categorical`; ``bernoulli`` → :class:`Bernoulli`;
+    ``gaussian`` → ``Gaussian(start_noise, learn_noise=True)`` (σ learned with the weights);
+    ``gaussian:<sigma>`` → ``Gaussian(sigma)`` (σ fixed); ``heteroscedastic`` →
+    ``Gaussian(heteroscedastic=True)`` (the network outputs a mean and a σ per target).
+
+    Args:
+        spec: a name or a :class:`Likelihood` (returned as it is).
+        start_noise: where a learned σ starts: one value, or one per channel (the
+            outputs' last dimension; a forecast's channels).
+
+    Raises:
+        ValueError: an unknown name; the message lists the names and what each means.
+    """
     if isinstance(spec, Likelihood):
         return spec
-    table = {"categorical": Categorical, "bernoulli": Bernoulli, "gaussian": Gaussian}
-    if spec not in table:
-        raise ValueError(f"unknown likelihood {spec!r}; valid: {sorted(table)} or a Likelihood")
-    return table[spec]()
+    try:
+        name = likelihood_name(spec)
+    except ValueError as err:
+        raise ValueError(f"likelihood {err}; or pass a Likelihood instance") from None
+    if name == "categorical":
+        return Categorical()
+    if name == "bernoulli":
+        return Bernoulli()
+    if name == "heteroscedastic":
+        return Gaussian(heteroscedastic=True)
+    if name.startswith(FIXED_PREFIX):
+        return Gaussian(fixed_sigma(name))
+    several = isinstance(start_noise, Sequence)
+    return Gaussian(start_noise, learn_noise=True,
+                    channels=len(start_noise) if several else None)
+
+
+def name_of(likelihood: Likelihood) -> str:
+    """The name :func:`make_likelihood` makes ``likelihood`` from (what ``config.yaml``
+    records).
+
+    Args:
+        likelihood: a :class:`Likelihood`.
+    """
+    if isinstance(likelihood, Gaussian):
+        if likelihood.heteroscedastic:
+            return "heteroscedastic"
+        if not likelihood.learn_noise:
+            return FIXED_PREFIX + repr(float(likelihood.noise))
+    return likelihood.name

@@ -1,18 +1,13 @@
 """``--likelihood``: the observation model of a ``bdlkit fit`` run, chosen by name.
 
-A run's likelihood is a short string, so that ``config.yaml`` can record it and a resume
-can compare it:
-
-* ``auto`` (default): what the task has always used, ``categorical`` for classes,
-  ``gaussian`` for regression and for forecasts (there: one learned σ per channel, starting
-  at the channel's persistence error). ``config.yaml`` records the resolved name.
-* ``categorical``: softmax over the data set's classes.
-* ``bernoulli``: two classes (labels 0 and 1) through one logit; the network gets one output.
-* ``gaussian``: N(f(x), σ²) with σ learned with the weights (``likelihood.log_noise``).
-* ``gaussian:<sigma>``: the same with σ fixed to ``<sigma>``, in the units of the targets
-  bdlkit trains on: the UCI data sets are standardised, so there σ is in training-target
-  standard deviations (σ · y_std in the original units); a user's file is used as given.
-* ``heteroscedastic``: the network outputs 2k values, a mean and a σ per target.
+The names are those of ``BayesianModel(likelihood=...)`` with the same meaning
+(:data:`bdlkit.problems.likelihoods.NAMES`, the table in ``docs/concepts.md``), plus
+``auto`` (default): ``categorical`` for classes, ``gaussian`` (a learned σ) for regression
+and for forecasts (there one learned σ per channel, starting at the channel's persistence
+error). ``config.yaml`` records the resolved name, so a resume can compare it. A
+``gaussian:<sigma>`` σ is in the units of the targets bdlkit trains on: the UCI data sets
+are standardised, so there σ is in training-target standard deviations; a user's file is
+used as given.
 
 Student-t is not offered: the BMA predictive and its metrics
 (:class:`~bdlkit.evaluation.predictive.RegressionBMA`) are built for Gaussian mixtures.
@@ -20,13 +15,12 @@ Student-t is not offered: the BMA predictive and its metrics
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from bdlkit.problems.likelihoods import Bernoulli, Categorical, Gaussian, Likelihood
+from bdlkit.problems import likelihoods
+from bdlkit.problems.likelihoods import FIXED_PREFIX, NAMES, Likelihood, make_likelihood, name_of
 
 AUTO = "auto"
-FIXED_PREFIX = "gaussian:"
 #: the names each task accepts (``gaussian:<sigma>`` stands for any σ > 0)
 BY_TASK: dict[str, tuple[str, ...]] = {
     "classification": ("categorical", "bernoulli"),
@@ -36,7 +30,11 @@ BY_TASK: dict[str, tuple[str, ...]] = {
 DEFAULTS = {"classification": "categorical", "regression": "gaussian",
             "forecasting": "gaussian"}
 #: The names ``--likelihood`` accepts.
-CHOICES = (AUTO, "categorical", "bernoulli", "gaussian", "gaussian:<sigma>", "heteroscedastic")
+CHOICES = (AUTO, *NAMES)
+#: How a user's file is read as the other task (``bdlkit.data.files``), named when a
+#: likelihood of that task is asked for.
+_AS_TASK = {"classification": ("regression", "labels are numbers to predict"),
+            "regression": ("classification", "targets are class labels")}
 
 
 def _error(problem: str) -> Exception:
@@ -48,40 +46,41 @@ def _error(problem: str) -> Exception:
 def normalised(spec: Any) -> str:
     """``spec`` checked against :data:`CHOICES` and written the one way ``config.yaml``
     keeps it (``gaussian:0.5``); raises ``ConfigValueError`` (key ``likelihood``)."""
-    if not isinstance(spec, str):
-        raise _error(f"must be a string, one of {', '.join(CHOICES)}; got {spec!r}")
-    name = spec.strip().lower()
-    if name.startswith(FIXED_PREFIX):
-        return FIXED_PREFIX + repr(fixed_sigma(name))
-    if name not in CHOICES:
-        raise _error(f"must be one of {', '.join(CHOICES)}, got {spec!r}")
-    return name
+    if isinstance(spec, str) and spec.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return likelihoods.likelihood_name(spec)
+    except ValueError as err:
+        text = str(err).replace("must be a string, one of ", f"must be a string, one of {AUTO}, ")
+        raise _error(text.replace("must be one of ", f"must be one of {AUTO}, ")) from None
 
 
 def fixed_sigma(spec: str) -> float:
     """σ of ``gaussian:<sigma>``; raises ``ConfigValueError`` unless it is a number > 0."""
-    text = spec[len(FIXED_PREFIX):]
     try:
-        sigma = float(text)
-    except ValueError:
-        sigma = math.nan
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise _error(f"gaussian:<sigma> needs a finite number > 0 after the colon (σ in "
-                     f"standardised target units, e.g. gaussian:0.1), got {spec!r}")
-    return sigma
+        return likelihoods.fixed_sigma(spec)
+    except ValueError as err:
+        raise _error(str(err)) from None
 
 
 def resolved(spec: str, task: str) -> str:
     """The likelihood ``spec`` names for data of ``task``: ``auto`` becomes the task's
-    default; a name the task cannot use raises ``ConfigValueError`` listing those it can."""
+    default; a name the task cannot use raises ``ConfigValueError`` listing those it can
+    (and, for a likelihood of the other task, how a user's file is read as that task)."""
     name = normalised(spec)
     if name == AUTO:
         return DEFAULTS[task]
     valid = BY_TASK[task]
     generic = "gaussian:<sigma>" if name.startswith(FIXED_PREFIX) else name
     if generic not in valid:
+        hint = ""
+        if task in _AS_TASK:
+            other, what = _AS_TASK[task]
+            hint = (f"; or, if the data is a .npz/.csv file whose {what}, load it as "
+                    f"{other} data: --data-kwargs "
+                    f"'{{\"task\": \"{other}\"}}' (Python: task=\"{other}\")")
         raise _error(f"{name!r} does not fit {task} data; use one of "
-                     f"{', '.join((AUTO, *valid))}")
+                     f"{', '.join((AUTO, *valid))}{hint}")
     return name
 
 
@@ -101,27 +100,14 @@ def output_count(spec: str, task: str, num_classes: int | None, targets: int) ->
 
 
 def build(spec: str, task: str, forecast_noise: list[float] | None = None) -> Likelihood:
-    """The likelihood named by ``spec`` for ``task``. ``forecast_noise``: the per-channel
-    starting σ of a forecast's learned Gaussian (one σ per channel)."""
+    """The likelihood named by ``spec`` for ``task``
+    (:func:`~bdlkit.problems.likelihoods.make_likelihood`). ``forecast_noise``: the
+    per-channel starting σ of a forecast's learned Gaussian (one σ per channel)."""
     name = resolved(spec, task)
-    if name == "categorical":
-        return Categorical()
-    if name == "bernoulli":
-        return Bernoulli()
-    if name == "heteroscedastic":
-        return Gaussian(heteroscedastic=True)
-    if name.startswith(FIXED_PREFIX):
-        return Gaussian(fixed_sigma(name))
     if task == "forecasting" and forecast_noise is not None:
-        return Gaussian(forecast_noise, learn_noise=True, channels=len(forecast_noise))
-    return Gaussian(learn_noise=True)
+        return make_likelihood(name, start_noise=forecast_noise)
+    return make_likelihood(name)
 
 
-def name_of(likelihood: Likelihood) -> str:
-    """The name :func:`build` makes ``likelihood`` from (what ``config.yaml`` records)."""
-    if isinstance(likelihood, Gaussian):
-        if likelihood.heteroscedastic:
-            return "heteroscedastic"
-        if not likelihood.learn_noise:
-            return FIXED_PREFIX + repr(float(likelihood.noise))
-    return likelihood.name
+__all__ = ["AUTO", "BY_TASK", "CHOICES", "DEFAULTS", "build", "fixed_sigma", "name_of",
+           "normalised", "output_count", "resolved"]
