@@ -195,3 +195,46 @@ def test_without_a_usable_mode_the_run_warns_and_starts_from_init_params():
         with pytest.warns(UserWarning, match="no Laplace start for 'branchy'.*start='init'"):
             res = bdlkit.infer(target, "advi", steps=50)
     assert res.config["start"] == "init"
+
+
+class _Terminal:
+    """stderr as a terminal: what ``progress=None`` looks for."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def isatty(self):
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+@pytest.mark.parametrize(("progress", "terminal", "shown", "delay"), [
+    (None, True, True, "auto"), (None, False, False, "auto"),
+    (True, False, True, 0), (False, True, False, 0),
+])
+def test_progress_by_default_on_a_terminal_after_a_few_seconds(monkeypatch, progress,
+                                                               terminal, shown, delay):
+    import sys
+
+    from bdlkit.engine import runner
+
+    bars = []
+
+    class Recorder(runner.tqdm):
+        def __init__(self, *args, **kwargs):
+            bars.append(kwargs)
+            super().__init__(*args, **{**kwargs, "disable": True})
+
+    monkeypatch.setattr(runner, "tqdm", Recorder)
+    if terminal:
+        monkeypatch.setattr(sys, "stderr", _Terminal(sys.stderr))
+    bdlkit.infer(standard_normal(), "sgld", steps=5, progress=progress)
+    assert bars[0]["disable"] is not shown
+    assert bars[0]["delay"] == (runner.AUTO_PROGRESS_DELAY_S if delay == "auto" else 0)
+
+
+def test_progress_refuses_a_value_it_does_not_know():
+    with pytest.raises(ValueError, match="progress must be"):
+        bdlkit.infer(standard_normal(), "sgld", steps=5, progress="yes")

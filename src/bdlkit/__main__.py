@@ -2,6 +2,6 @@
 
 import sys
 
-from bdlkit.cli import main
+from bdlkit.cli_commands import main
 
 sys.exit(main())

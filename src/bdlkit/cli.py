@@ -7,17 +7,8 @@ file < command-line options. Errors in the input are reported in one line, witho
 a traceback (set ``BDLKIT_DEBUG=1`` to see it); :mod:`bdlkit.cli_errors` says how each
 kind of failure is reported.
 
-Examples::
-
-    bdlkit list
-    bdlkit fit --method sgld --model mlp --data digits --steps 500 --seed 0 --out runs/sgld
-    bdlkit fit --resume runs/sgld
-    bdlkit evaluate runs/sgld
-    bdlkit reference hmc --model mlp --data digits --out refs/digits
-    bdlkit evaluate runs/sgld --reference refs/digits
-    bdlkit evaluate runs/mnist --ood notmnist --corruptions --num-draws 20 --max-test 2000
-    bdlkit bench digits --quick --out benchmarks/results/digits
-    bdlkit demo
+The command list, its help texts and the examples of ``bdlkit --help`` are
+:mod:`bdlkit.cli_commands`'s (the entry point, which answers them without importing torch).
 """
 
 from __future__ import annotations
@@ -32,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bdlkit import algorithms, bench, data, models
-from bdlkit.cli_errors import OneLineParser, run_guarded
+from bdlkit.cli_commands import COMMANDS, top_parser
+from bdlkit.cli_errors import run_guarded
 from bdlkit.cli_options import (
     HYPER_PREFIX,
     add_config_options,
@@ -72,7 +64,7 @@ FIT_EXAMPLES = """examples:
 
 def _fit_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("fit", allow_abbrev=False,
-                       help="run a method on a model and data set into a run directory",
+                       help=COMMANDS["fit"],
                        description="Fit a method and write a run directory (config.yaml, "
                        "log.jsonl, checkpoints/, samples/, metrics.json, report.md).",
                        epilog=FIT_EXAMPLES + "\n\nmethod options: see `bdlkit fit --method M "
@@ -103,7 +95,7 @@ REFERENCE_EXAMPLES = """examples:
 
 def _reference_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("reference", allow_abbrev=False,
-                       help="build and cache an HMC/NUTS reference predictive for a small BNN",
+                       help=COMMANDS["reference"],
                        description="Run several full-batch MCMC chains of a small Bayesian "
                        "network and write the test-set predictive probabilities with their "
                        "convergence (split R-hat, ESS) to DIR. Rerunning reuses finished "
@@ -296,13 +288,10 @@ def list_components() -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, ...]:
-    parser = OneLineParser(prog="bdlkit", description="Bayesian deep learning made "
-                                     "practical.", epilog=__doc__.split("Examples::")[1],
-                                     formatter_class=_FORMATTER, allow_abbrev=False)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser, sub = top_parser()
     fit = _fit_parser(sub)
     ref = _reference_parser(sub)
-    p = sub.add_parser("evaluate", help="recompute metrics.json and report.md of a run",
+    p = sub.add_parser("evaluate", help=COMMANDS["evaluate"],
                        epilog="examples:\n  bdlkit evaluate runs/sgld\n  bdlkit evaluate "
                        "runs/mnist --ood notmnist --corruptions\n  bdlkit evaluate runs/mnist "
                        "--corruptions --num-draws 20 --max-test 2000   (quicker, on fewer "
@@ -327,7 +316,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
                         "--ood data; not stratified); recorded as num_test")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar (the estimate line stays)")
-    p = sub.add_parser("bench", help="run a benchmark suite side by side",
+    p = sub.add_parser("bench", help=COMMANDS["bench"],
                        epilog="examples:\n  bdlkit bench digits --quick --out "
                        "benchmarks/results/digits\n\nsuites: " + ", ".join(bench.SUITES),
                        formatter_class=_FORMATTER)
@@ -342,7 +331,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     p.add_argument("--meta-params", metavar="F,G", help="l2e-sampling: also measure these "
                    "L2E meta-parameter files (`bdlkit meta-train l2e` output)")
     p = sub.add_parser("meta-train", formatter_class=_FORMATTER,
-                       help="meta-train a learned sampler (L2E or Meta-SGMCMC)",
+                       help=COMMANDS["meta-train"],
                        description="Meta-train a learned sampler's networks on bdlkit's "
                        "offline task distribution; `bdlkit meta-train LEARNER --help` lists "
                        "a learner's options.",
@@ -352,9 +341,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
     learners = p.add_subparsers(dest="learner", required=True, metavar="LEARNER")
     l2e_command.add_parser(learners, _FORMATTER)
     meta_sgmcmc_command.add_parser(learners, _FORMATTER)
-    sub.add_parser("list", help="list methods, models, data sets and suites",
+    sub.add_parser("list", help=COMMANDS["list"],
                    epilog="example:\n  bdlkit list", formatter_class=_FORMATTER)
-    p = sub.add_parser("demo", help="compare every method on digits (< 3 minutes)",
+    p = sub.add_parser("demo", help=COMMANDS["demo"],
                        epilog="example:\n  bdlkit demo --steps 1500 --out runs/demo",
                        formatter_class=_FORMATTER)
     p.add_argument("--steps", type=int, default=1500, help="steps per method")

@@ -3,7 +3,8 @@
 - Bad input (an :class:`~bdlkit.core.errors.InputError`, or the ``ValueError``,
   ``TypeError`` and ``OSError`` that bdlkit's checks and the file system raise for it)
   is one line, ``bdlkit: error: <message>``, naming the option or file and the fix; exit
-  status 2. Argument parsing errors look the same (:class:`OneLineParser`).
+  status 2. Argument parsing errors look the same
+  (:class:`~bdlkit.cli_commands.OneLineParser`).
 - An interrupted run says how to resume it (exit 128 + signal, or 130); a run whose
   density or parameters became NaN says so (exit 1), and so does a data-parallel replica
   that stops because another rank of its chain refused or stopped the run
@@ -19,12 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
+from bdlkit.cli_commands import one_line
 from bdlkit.core.errors import InputError, NonFiniteError, ReplicaStopped
 from bdlkit.engine.signals import Interrupted
 from bdlkit.runs.config import ConfigValueError, parse_value
@@ -32,19 +33,6 @@ from bdlkit.runs.config import ConfigValueError, parse_value
 INPUT_ERRORS = (InputError, ValueError, TypeError, OSError)
 INTERNAL_HINT = ("this is a bug in bdlkit, not in your input; please report it with the "
                  "command line and the traceback above (BDLKIT_DEBUG=1 re-raises it)")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one ``bdlkit: error:`` line (exit status 2),
-    pointing at ``--help`` instead of printing the (long) usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"bdlkit: error: {one_line(message)} (see `{self.prog} --help`)\n")
-
-
-def one_line(message: object) -> str:
-    """``message`` with its line breaks (YAML or torch messages have them) made spaces."""
-    return re.sub(r"\s*\n\s*", " ", str(message)).strip()
 
 
 def option_type(kind: str, name: str) -> Callable[[str], Any]:

@@ -27,19 +27,16 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from bdlkit.core.errors import NonFiniteError
 
-from bdlkit.algorithms import get_method
-from bdlkit.algorithms.vi import laplace
-from bdlkit.core.protocol import Algorithm, Problem, Variational
-from bdlkit.engine.placement import place
-from bdlkit.engine.result import Result
-from bdlkit.engine.runner import NonFiniteError, Runner
-from bdlkit.problems import BayesianModel, Target
-from bdlkit.runs.config import check_device, check_keys, method_hyperparameters
+if TYPE_CHECKING:
+    import torch
+
+    from bdlkit.algorithms.vi import laplace
+    from bdlkit.core.protocol import Algorithm, Problem
+    from bdlkit.engine.result import Result
 
 __all__ = ["NonFiniteError", "infer"]
 
@@ -62,7 +59,7 @@ def infer(
     init: Any = None,
     start: str = "auto",
     log_every: int = 1,
-    progress: bool = False,
+    progress: bool | None = None,
     device: str | torch.device | None = None,
     callbacks: list[Any] | None = None,
     compile: bool = False,
@@ -91,7 +88,9 @@ def infer(
             networks and non-VI methods), or ``"auto"`` (default): ``"laplace"`` for VI
             on a Target without ``init``, else ``"init"``.
         log_every: record the step's info in ``Result.history`` every this many steps.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar; ``None`` (default) shows one where stderr is
+            a terminal and the run lasts more than a few seconds
+            (:data:`~bdlkit.engine.runner.AUTO_PROGRESS_DELAY_S`), ``False`` never.
         device: run on this device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``): a
             BayesianModel is moved there in place (``model.to(device)``), with ``init``
             and every training batch, tensors or DataLoader
@@ -106,6 +105,18 @@ def infer(
             compiled. Where a step cannot be compiled the run warns and stays eager.
         **hyper: the method's hyperparameters (e.g. ``lr``).
     """
+    # imported here, not at the top: ``import bdlkit`` binds this function without torch
+    import torch
+    from torch import Tensor
+
+    from bdlkit.algorithms import get_method
+    from bdlkit.algorithms.vi import laplace
+    from bdlkit.core.protocol import Variational
+    from bdlkit.engine.placement import place
+    from bdlkit.engine.runner import Runner
+    from bdlkit.problems import BayesianModel, Target
+    from bdlkit.runs.config import check_device, check_keys, method_hyperparameters
+
     module = get_method(method)
     check_keys(hyper, method_hyperparameters(method), f"the hyperparameters of method {method!r}")
     if device is not None:  # checked before anything moves: a typo leaves the model in place
@@ -132,7 +143,8 @@ def infer(
     runner = Runner(  # validates the data, binds the run length, builds the store
         algorithm, data, steps=steps, epochs=epochs, seed=seed, batch_size=batch_size,
         burnin=burnin, thin=thin, max_samples=max_samples, init=init, chains=chains,
-        log_every=log_every, progress=progress, warm_start=True if start_at else None,
+        log_every=log_every,
+        progress="auto" if progress is None else progress, warm_start=True if start_at else None,
         callbacks=callbacks, compile=compile,
     )
     rows = runner.batches.num_rows
@@ -160,6 +172,10 @@ def _laplace_start(problem: Any, algorithm: Algorithm, init: Any,
                    start: str) -> laplace.LaplaceStart | None:
     """The Laplace start of ``problem`` when ``start`` asks for it (or, for ``"auto"``,
     when the method is VI on a Target without ``init``), else ``None``."""
+    from bdlkit.algorithms.vi import laplace
+    from bdlkit.core.protocol import Variational
+    from bdlkit.problems import Target
+
     if start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}, got {start!r}")
     applies = isinstance(problem, Target) and isinstance(algorithm, Variational)
@@ -186,6 +202,9 @@ def _laplace_start(problem: Any, algorithm: Algorithm, init: Any,
 def _on_theta(result: Result, algorithm: Algorithm, start: laplace.LaplaceStart) -> Result:
     """``result`` of the run on z with its state (λ) and logged log densities in θ, and
     ``algorithm`` (the same method built on the original problem) to read it."""
+    from bdlkit.algorithms.vi import laplace
+    from bdlkit.engine.result import Result
+
     shift = laplace.log_det(start)
     history = [{**e, "log_prob": e["log_prob"] - shift} if "log_prob" in e else e
                for e in result.history]

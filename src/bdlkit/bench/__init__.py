@@ -28,6 +28,7 @@ from bdlkit.bench import (
     posteriordb,
     runner_overhead,
     score_vi_study,
+    startup,
     synthetic,
     timeseries,
     vision,
@@ -38,6 +39,7 @@ Suite = Callable[..., list[dict[str, Any]]]
 SUITES: dict[str, Suite] = {
     "digits": digits.run,
     "runner": runner_overhead.run,
+    "startup": startup.run,
     "diagnostics": diagnostics_speed.run,
     "score-vi-study": score_vi_study.run,
     "efficiency": efficiency.run,
@@ -56,6 +58,7 @@ SUITES: dict[str, Suite] = {
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
     "runner": runner_overhead.DESCRIPTION,
+    "startup": startup.DESCRIPTION,
     "diagnostics": diagnostics_speed.DESCRIPTION,
     "score-vi-study": score_vi_study.DESCRIPTION,
     "efficiency": efficiency.DESCRIPTION,

@@ -25,6 +25,7 @@ writer's, and the ranks decide together when to checkpoint or stop.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -77,6 +78,8 @@ from bdlkit.families.full_gaussian import FullGaussianParams
 from bdlkit.problems import Target
 
 DATA_SEED_SALT = 0xDA7A
+#: ``progress="auto"`` shows the bar once a run has lasted this long (a terminal only)
+AUTO_PROGRESS_DELAY_S = 3.0
 
 
 class Runner:
@@ -108,7 +111,8 @@ class Runner:
         checkpoint_every, checkpoint_seconds: checkpoint cadence in steps and/or seconds.
         checkpoints_per_run: without ``checkpoint_every``, checkpoint this many times per
             run (``bdlkit fit`` uses 10); None: only at the end and by time.
-        progress: show a tqdm bar with ETA, the log density and the latest evaluation.
+        progress: show a tqdm bar with ETA, the log density and the latest evaluation;
+            ``"auto"``: only on a terminal, once the run has lasted ``AUTO_PROGRESS_DELAY_S``.
         warm_start: q₀ of a VI run is a Gaussian approximation, not a point with σ =
             ``init_std`` (default: whether ``init`` is a Gaussian λ); it skips the σ check
             of :mod:`bdlkit.engine.vi_checks`, which every VI run gets at the end.
@@ -148,7 +152,7 @@ class Runner:
         checkpoint_every: int | None = None,
         checkpoint_seconds: float | None = None,
         checkpoints_per_run: int | None = None,
-        progress: bool = False,
+        progress: bool | str = False,
         warm_start: bool | None = None,
         callbacks: Sequence[Callback] | None = None,
         compile: bool = False,
@@ -194,6 +198,8 @@ class Runner:
         self.init, self.chains = init, chains
         self.log_every, self.eval_fn, self.eval_every = log_every, eval_fn, eval_every
         self.checkpoint_every, self.checkpoint_seconds = checkpoint_every, checkpoint_seconds
+        if progress not in (True, False, "auto"):
+            raise ValueError(f"progress must be True, False or 'auto', got {progress!r}")
         self.progress, self.callbacks = progress, Callbacks.of(callbacks)
         self.warm_start = (isinstance(init, (DiagGaussianParams, FullGaussianParams))
                            if warm_start is None else warm_start)
@@ -284,8 +290,10 @@ class Runner:
         method = self.algorithm.name
         self.callbacks.start(start, total, history, method)
         self._start_signal.send(start)  # the replicas start with the writer (its step)
-        bar = tqdm(total=total, initial=start, desc=method, disable=not self.progress,
-                   dynamic_ncols=True)
+        auto = self.progress == "auto"
+        bar = tqdm(total=total, initial=start, desc=method, dynamic_ncols=True,
+                   disable=not self.progress or (auto and not sys.stderr.isatty()),
+                   delay=AUTO_PROGRESS_DELAY_S if auto else 0)
         clock = time.perf_counter()
         last_ckpt_time = clock
         t = start
@@ -314,7 +322,7 @@ class Runner:
                     if log is not None:
                         append_log(log, entry)
                     failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
-                    if self.progress:  # a disabled bar still formats its postfix
+                    if not bar.disable:  # a disabled bar still formats its postfix
                         bar.set_postfix(postfix(entry), refresh=False)
                 bar.update(t - before)
                 now = time.perf_counter()
