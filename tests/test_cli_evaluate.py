@@ -46,3 +46,11 @@ def test_bar_redraws_rarely_when_stderr_is_not_a_terminal(monkeypatch):
     assert bar_interval(tty) == {}
     monkeypatch.setenv("TQDM_MININTERVAL", "1")
     assert bar_interval(io.StringIO()) == {}
+
+
+def test_summary_lists_information_after_the_health_verdict():
+    """A network sampler's one-chain R-hat: information, printed apart from the failures."""
+    lines = summary_lines({"accuracy": 0.9, "health": {},
+                           "health_notes": {"rhat": "mean split R-hat 1.4 (information)"}})
+    assert lines[-2:] == ["  run health: all checks passed",
+                          "  i rhat: mean split R-hat 1.4 (information)"]

@@ -1,13 +1,14 @@
 """Run health (issue 20 item 2): each check fires on a run that fails it, and not on one
 that passes; a real majority-class run is flagged end to end."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import bdlkit
-from bdlkit.evaluation.health import run_health
+from bdlkit.evaluation.health import run_health, run_notes
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
 
 
@@ -16,7 +17,7 @@ def _result(kind="sampler", init_std=None, sigma_median=None, num_kept=100):
     algorithm = (SimpleNamespace(hyperparameters=lambda: {"init_std": init_std})
                  if init_std is not None else None)
     return SimpleNamespace(kind=kind, algorithm=algorithm, sigma_summary=lambda: rows,
-                           num_kept=num_kept)
+                           num_kept=num_kept, problem=None)
 
 
 def _classifier(pred, k=3):
@@ -30,7 +31,8 @@ DS = SimpleNamespace(y_test=torch.tensor([0] * 7 + [1, 2, 2]), y_train=torch.ten
 def test_a_majority_only_classifier_is_flagged():
     constant = _classifier(torch.zeros(10, dtype=torch.long))
     found = run_health({"accuracy": 0.7}, _result(), constant, DS)
-    assert set(found) == {"majority"} and "0.700" in found["majority"]
+    # a confident constant is also worse in NLL than the class frequencies
+    assert set(found) == {"majority", "nll"} and "0.700" in found["majority"]
     good = _classifier(DS.y_test)
     assert run_health({"accuracy": 1.0}, _result(), good, DS) == {}
 
@@ -50,9 +52,36 @@ def test_a_regressor_no_better_than_the_mean_is_flagged():
     ({"weights_rhat_split_mean": 1.005, "weights_ess_mean": 120.0, "chain_draws": 150}, set()),
     ({"weights_rhat_split_mean": 1.005, "weights_ess_mean": 12.0, "chain_draws": 20}, set()),
 ])
-def test_rhat_and_ess_against_vehtari_thresholds(diag, expected):
-    values = {"accuracy": 1.0, "diagnostics": diag, "num_draws": 150}
-    assert set(run_health(values, _result(), _classifier(DS.y_test), DS)) == expected
+@pytest.mark.parametrize("chains", [1, 4])
+def test_rhat_and_ess_against_vehtari_thresholds(diag, expected, chains):
+    """Several chains: R-hat and ESS fail against Vehtari's thresholds. One chain (every
+    network run): the same findings are information (``health_notes``), not failures."""
+    values = {"accuracy": 1.0, "diagnostics": {**diag, "chains": chains}, "num_draws": 150}
+    failed = run_health(values, _result(), _classifier(DS.y_test), DS)
+    notes = run_notes(values)
+    if chains == 1:
+        assert failed == {} and set(notes) == expected
+        assert all("information, not a failure" in m for m in notes.values())
+    else:
+        assert set(failed) == expected and notes == {}
+
+
+def test_a_network_samplers_one_chain_passes_health_with_rhat_as_information():
+    """What every default sampler run on a network reported as "2 checks failed"."""
+    values = {"accuracy": 1.0, "num_draws": 150,
+              "diagnostics": {"chains": 1, "weights_rhat_split_mean": 1.47,
+                              "weights_ess_mean": 5.6, "chain_draws": 150}}
+    assert run_health(values, _result(), _classifier(DS.y_test), DS) == {}
+    assert {"rhat", "ess"} == set(run_notes(values))
+
+
+def test_the_rhat_figure_draws_the_checks_threshold():
+    import inspect
+
+    from bdlkit.evaluation.health import RHAT_MAX
+    from bdlkit.runs.figures import rhat_layer_plot
+
+    assert inspect.signature(rhat_layer_plot).parameters["threshold"].default == RHAT_MAX
 
 
 def test_few_draws_a_point_like_q_and_an_uninformative_aupr_are_flagged():
@@ -95,3 +124,110 @@ def test_the_trivial_baseline_is_the_majority_test_class_or_the_training_mean():
     targets = SimpleNamespace(y_test=torch.tensor([1.0, 3.0]), y_train=torch.tensor([2.0]),
                               meta={"y_std": 10.0})
     assert trivial_baseline(targets) == ("rmse", pytest.approx(10.0))
+
+
+# ---------------------------------------------------------------- a useless fit (issue 43, 8)
+def test_the_trivial_nll_is_the_class_frequencies_or_the_training_gaussian():
+    from bdlkit.evaluation.health import trivial_nll
+
+    labels = SimpleNamespace(y_test=torch.tensor([0, 1]), y_train=torch.tensor([0, 0, 1]))
+    # add-one smoothed frequencies (2 + 1, 1 + 1) / 5
+    assert trivial_nll(labels, 2) == pytest.approx(-(math.log(0.6) + math.log(0.4)) / 2)
+    targets = SimpleNamespace(y_test=torch.tensor([1.0, 3.0], dtype=torch.float64),
+                              y_train=torch.tensor([0.0, 2.0], dtype=torch.float64))
+    expected = 0.5 * math.log(2 * math.pi) + 0.5 * (0 + 4) / 2  # N(1, 1) at 1 and 3
+    assert trivial_nll(targets) == pytest.approx(expected)
+    assert trivial_nll(SimpleNamespace(y_test=targets.y_test, y_train=torch.zeros(3))) is None
+
+
+def test_a_regressor_barely_better_than_the_mean_with_prior_wide_intervals_is_flagged():
+    """The issue's numbers: RMSE 0.99 of the training mean's, a flat mean, intervals as
+    wide as the prior predictive (σ 1.75): the RMSE check passes, the NLL one must not."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(200, generator=g, dtype=torch.float64)
+    ds = SimpleNamespace(y_test=y, y_train=torch.randn(300, generator=g, dtype=torch.float64))
+    flat = torch.full_like(y, float(ds.y_train.mean())) + 0.1 * (y - y.mean())
+    wide = RegressionBMA(flat, torch.full_like(y, 1.75 ** 2), 32)
+    found = run_health({}, _result(kind="vi"), wide, ds)
+    assert set(found) == {"nll"} and "Fix:" in found["nll"] and "lr" in found["nll"]
+    sharp = RegressionBMA(y.clone(), torch.full_like(y, 0.01), 32)
+    assert run_health({}, _result(kind="vi"), sharp, ds) == {}
+
+
+def _vi_result(mu, rho, prior_scale=1.0):
+    from bdlkit.core.draws import ApproximationDraws
+    from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+
+    net = torch.nn.Linear(1, 1)
+    model = bdlkit.BayesianModel(net, "gaussian", prior=prior_scale, num_data=10)
+    algorithm = SimpleNamespace(step_size_param="lr", hyperparameters=lambda: {"lr": 0.02})
+    q = DiagGaussian(DiagGaussianParams(mu=mu, rho=rho))
+    return SimpleNamespace(kind="vi", algorithm=algorithm, problem=model, num_kept=0,
+                           draws=ApproximationDraws(q), sigma_summary=lambda: None)
+
+
+def test_a_vi_q_at_its_prior_is_flagged_and_a_pruned_but_informed_q_is_not():
+    from bdlkit.evaluation.health import PRIOR_KL, prior_divergence
+
+    good = _classifier(DS.y_test)
+    g = torch.Generator().manual_seed(1)
+    d = 1000
+    # the issue's q: median σ 0.92 of the prior's, means hardly moved
+    at_prior = _vi_result({"w": 0.05 * torch.randn(d, generator=g, dtype=torch.float64)},
+                          {"w": torch.full((d,), math.log(0.92), dtype=torch.float64)})
+    found = run_health({"accuracy": 1.0}, at_prior, good, DS)
+    assert set(found) == {"prior"} and "Fix:" in found["prior"] and "lr" in found["prior"]
+    kl, ratio = prior_divergence(at_prior.draws.approximation, at_prior.problem.prior)
+    assert kl < PRIOR_KL and ratio == pytest.approx(0.92)
+    # mean-field VI prunes most weights of a good fit to the prior; the 10 % it keeps
+    # (σ = 1 % of σ0, means moved) carry several nats each
+    rho = torch.zeros(d, dtype=torch.float64)
+    rho[:100] = math.log(0.01)
+    mu = torch.zeros(d, dtype=torch.float64)
+    mu[:100] = 1.0
+    pruned = _vi_result({"w": mu}, {"w": rho})
+    assert run_health({"accuracy": 1.0}, pruned, good, DS) == {}
+    # the prior's own scale and mean are the reference: q = N(0, 3²) under a N(0, 3²) prior
+    wide = _vi_result({"w": torch.zeros(d)}, {"w": torch.full((d,), math.log(3.0))}, 3.0)
+    assert set(run_health({"accuracy": 1.0}, wide, good, DS)) == {"prior"}
+
+
+def _toy_regression():
+    from bdlkit.data.dataset import Dataset
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 1, generator=g, dtype=torch.float64) * 4 - 2
+    y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(64, generator=g, dtype=torch.float64)
+    x_test = torch.linspace(-2, 2, 50, dtype=torch.float64)[:, None]
+    ds = Dataset("toy", "regression", x, y, x_test, torch.sin(2 * x_test[:, 0]))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.Tanh(),
+                              torch.nn.Linear(16, 1)).double()
+    from bdlkit.problems.likelihoods import Gaussian
+
+    return ds, bdlkit.BayesianModel(net, Gaussian(0.1), prior=1.0, num_data=64)
+
+
+def test_advi_left_at_its_prior_on_a_toy_regression_ends_with_a_failed_check_naming_the_fix():
+    """Item 8's toy regression: ADVI with a budget (20 steps at lr 1e-3 from q = prior)
+    that leaves q at the prior fails health with the fix; a good fit passes."""
+    from bdlkit.evaluation import evaluate
+    from bdlkit.families.diag_gaussian import DiagGaussianParams
+
+    ds, model = _toy_regression()
+    shapes = model.init_params()
+    at_prior = DiagGaussianParams(mu={k: torch.zeros_like(v) for k, v in shapes.items()},
+                                  rho={k: torch.zeros_like(v) for k, v in shapes.items()})
+    stuck = bdlkit.infer(model, "advi", data=(ds.x_train, ds.y_train), steps=20,
+                         batch_size=64, seed=0, init=at_prior, lr=1e-3)
+    health = evaluate(stuck, ds).health
+    assert {"prior", "nll"} <= set(health), health
+    assert all("Fix:" in health[k] for k in ("prior", "nll"))
+    # control: ADVI warm-started at a MAP fit with a small σ
+    point = bdlkit.infer(model, "map", data=(ds.x_train, ds.y_train), steps=300,
+                         batch_size=64, seed=0, lr=0.05).params
+    start = DiagGaussianParams(mu=point, rho={k: torch.full_like(v, -3.0)
+                                              for k, v in point.items()})
+    fitted = bdlkit.infer(model, "advi", data=(ds.x_train, ds.y_train), steps=50,
+                          batch_size=64, seed=0, init=start, lr=1e-2)
+    assert evaluate(fitted, ds).health == {}

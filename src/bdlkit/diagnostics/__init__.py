@@ -24,6 +24,7 @@ from bdlkit.diagnostics.variants import (
     summarize,
 )
 from bdlkit.diagnostics.vehtari import (
+    RHAT_MAX,
     ess_bulk_vehtari21,
     ess_mean,
     ess_tail_vehtari21,
@@ -36,6 +37,7 @@ from bdlkit.diagnostics.vehtari import (
 )
 
 __all__ = [
+    "RHAT_MAX",
     "ess_bulk_vehtari21",
     "ess_mean",
     "ess_per_second",

@@ -61,6 +61,7 @@ from bdlkit.diagnostics._core import (
 )
 
 __all__ = [
+    "RHAT_MAX",
     "ess_bulk_vehtari21",
     "ess_mean",
     "ess_tail_vehtari21",
@@ -73,6 +74,9 @@ __all__ = [
 ]
 
 _MIN_DRAWS = 4
+#: Vehtari et al. (2021): use the draws only when R̂ is below 1.01. bdlkit's one R̂ threshold:
+#: the run-health check (:mod:`bdlkit.evaluation.health`) and the line of ``rhat_layers.png``.
+RHAT_MAX = 1.01
 
 
 # ------------------------------------------------------------------- transforms

@@ -63,6 +63,7 @@ def sampler_diagnostics(result: Result, x_probe: Tensor,
         esses.append(ess.cpu())
     ess_all, summary = torch.cat(esses), summarize(torch.cat(rhats))
     out: dict[str, Any] = {
+        "chains": 1,
         "chain_draws": count,
         "weights_ess_sum": float(ess_all.nansum()),
         "weights_ess_mean": float(ess_all.nanmean()),

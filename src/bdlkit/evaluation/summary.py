@@ -31,7 +31,7 @@ from torch import Tensor
 
 from bdlkit import metrics
 from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
-from bdlkit.evaluation.health import run_health, target_scale
+from bdlkit.evaluation.health import run_health, run_notes, target_scale
 from bdlkit.evaluation.plan import (
     Progress,
     counted,
@@ -55,6 +55,8 @@ class Evaluation:
     ``health`` (a property) is the run health: ``{check: message with the likely fix}`` for
     each failed check of :mod:`bdlkit.evaluation.health` (empty when all passed), e.g.
     ``bdlkit.evaluate(result, ds).health``; the same dict is ``metrics["health"]``.
+    ``health_notes`` holds what is information rather than a failure (``metrics["health_notes"]``,
+    absent when there is none).
     """
 
     metrics: dict[str, Any]
@@ -66,6 +68,12 @@ class Evaluation:
     def health(self) -> dict[str, str]:
         """The failed run-health checks, ``{check: message}`` (``{}``: all passed)."""
         return dict(self.metrics.get("health") or {})
+
+    @property
+    def health_notes(self) -> dict[str, str]:
+        """Findings reported as information, not failures, ``{check: message}``: a single
+        chain's R-hat and ESS (:func:`bdlkit.evaluation.health.run_notes`)."""
+        return dict(self.metrics.get("health_notes") or {})
 
 
 def evaluate(
@@ -152,6 +160,8 @@ def evaluate(
         diag = sampler_diagnostics(result, ds.x_test[:probe_size], progress=update)
         values["diagnostics"] = {k: v for k, v in diag.items() if not k.startswith("_")}
     values["health"] = run_health(values, result, test, ds)
+    if notes := run_notes(values):
+        values["health_notes"] = notes
     return Evaluation(values, test, diag, ood_bma)
 
 

@@ -10,7 +10,8 @@ The evaluation itself never prints (:mod:`bdlkit.evaluation.plan`); it tells an
 user reads first: the main test metrics with the numbers of test rows and draws, the OOD
 AUROC and AUPR with the AUPR's base rate, agreement and total variation against a
 reference, the corruption metrics per severity, and the run
-health (each failed check with its fix); ``metrics.json`` and ``report.md`` hold the rest.
+health (each failed check with its fix, then what is information only); ``metrics.json``
+and ``report.md`` hold the rest.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def summary_lines(values: dict[str, Any]) -> list[str]:
                      f"({values.get('reference_rows', '?'):,} rows)")
     if isinstance(values.get("corruptions"), dict):
         lines += _corruption_lines(values["corruptions"])
-    lines += health_lines(values.get("health"))
+    lines += health_lines(values.get("health")) + note_lines(values.get("health_notes"))
     return lines
 
 
@@ -164,3 +165,9 @@ def health_lines(health: Any) -> list[str]:
         return ["  run health: all checks passed"]
     return [f"  run health: {len(health)} check{'s' * (len(health) > 1)} failed"] + [
         f"  ! {check}: {message}" for check, message in health.items()]
+
+
+def note_lines(notes: Any) -> list[str]:
+    """One ``  i <check>: <message>`` per finding reported as information, not a failure
+    (a single chain's R-hat and ESS, :func:`bdlkit.evaluation.health.run_notes`)."""
+    return [f"  i {check}: {message}" for check, message in (notes or {}).items()]

@@ -18,6 +18,7 @@ import numpy as np
 from torch import Tensor
 
 from bdlkit.core.plotting import new_figure, save_png
+from bdlkit.diagnostics import RHAT_MAX
 from bdlkit.metrics.classification import reliability_bins
 
 __all__ = [
@@ -161,14 +162,16 @@ def history_plot(history: list[dict], path: str | os.PathLike, keys: list[str]) 
 def rhat_layer_plot(
     summary: dict[str, dict],
     path: str | os.PathLike,
-    threshold: float = 1.1,
+    threshold: float = RHAT_MAX,
     title: str | None = None,
 ) -> Path | None:
     """Write L2E's layer-wise R-hat plot: per layer a point at ``"mean"`` +- ``"std"``.
 
     ``summary`` maps layer names (plotted in order) to ``{"mean": ..., "std": ...}``; the
     ``"all"`` entry is left out of the points and quoted in the default title. A dashed line
-    marks ``threshold``. Returns ``None`` without matplotlib or when there is no layer.
+    marks ``threshold``, by default the run-health check's
+    (:data:`bdlkit.diagnostics.RHAT_MAX`, 1.01). Returns ``None`` without matplotlib or
+    when there is no layer.
     """
     layers = [k for k in summary if k != "all"]
     if not layers:

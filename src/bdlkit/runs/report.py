@@ -56,11 +56,13 @@ def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> l
     ]
     text = [
         f"# bdlkit run: {cfg.method} on {cfg.data} ({cfg.model})\n",
-        f"Reproduce exactly: `bdlkit fit --config {run_dir / 'config.yaml'} --out NEW_DIR` "
+        f"Reproduce exactly (from any folder): `bdlkit fit --config "
+        f"{run_dir.resolve() / 'config.yaml'} --out NEW_DIR` "
         "(burn-in, thinning and checkpoint cadence are pinned there: drop them to change "
         "the number of steps)\n",
         "## Test metrics\n", report.markdown_table(scalars), "",
-        "## Run health\n", _health(values.get("health") or {}), "",
+        "## Run health\n", _health(values.get("health") or {},
+                                   values.get("health_notes") or {}), "",
     ]
     if "corruptions" in values:
         text += ["## Covariate shift (accuracy per severity)\n", _corruption_table(values), ""]
@@ -124,12 +126,18 @@ def _evaluation_plots(run_dir: Path, title: str, result: Result, ev: Evaluation,
     return made
 
 
-def _health(found: dict[str, str]) -> str:
+def _health(found: dict[str, str], notes: dict[str, str]) -> str:
     if not found:
-        return ("All checks passed: better than the majority class or mean predictor, and "
-                "where they apply R-hat, ESS, kept draws, σ movement and OOD AUPR within "
-                "their thresholds (bdlkit.evaluation.health).")
-    return "\n".join(f"- **{check}**: {message}" for check, message in found.items())
+        text = ("All checks passed: better than the majority class or mean predictor and "
+                "than the trivial predictor's NLL, q away from its prior, and where they "
+                "apply R-hat and ESS of several chains, kept draws, σ movement and OOD AUPR "
+                "within their thresholds (bdlkit.evaluation.health).")
+    else:
+        text = "\n".join(f"- **{check}**: {message}" for check, message in found.items())
+    if notes:
+        text += "\n\nInformation (not failures):\n\n" + "\n".join(
+            f"- {check}: {message}" for check, message in notes.items())
+    return text
 
 
 def _name(path: Path | None) -> str | None:
