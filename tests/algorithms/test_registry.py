@@ -138,3 +138,22 @@ def test_a_declared_capability_without_its_method_is_refused():
     bad.ALGORITHM, bad.KIND, bad.build = Gated, "optimizer", options.builder(Gated)
     with pytest.raises(TypeError, match="needs keep.. but does not define it"):
         algorithms.register("toy", bad, "")
+
+
+def test_flat_storage_is_a_declared_capability_with_its_method():
+    from bdlkit.core.protocol import Algorithm
+
+    assert "flat_storage" in Algorithm.__annotations__  # declared, so nothing probes for it
+    target, _ = _gaussian()
+    assert algorithms.get_method("hmc").build(target).flat_storage is False  # the default
+    assert algorithms.get_method("sgld").build(target).flat_storage is True
+    assert algorithms.get_method("sgld").build(target, storage="tree").flat_storage is False
+
+    @dataclasses.dataclass(frozen=True)
+    class Flat(toy_method.GradientAscent):
+        flat_storage = True  # says it steps on flat buffers, but has no flat_twin
+
+    bad = types.ModuleType("flat")
+    bad.ALGORITHM, bad.KIND, bad.build = Flat, "optimizer", options.builder(Flat)
+    with pytest.raises(TypeError, match="declares flat_storage but does not define flat_twin"):
+        algorithms.register("toy", bad, "")

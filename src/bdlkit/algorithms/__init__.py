@@ -50,8 +50,9 @@ def declaration_errors(name: str, module: ModuleType) -> list[str]:
     :mod:`bdlkit.core.protocol` with ``init``, ``step`` and ``params`` and a ``name``
     defaulting to ``name``; the capabilities it declares have their methods (``keep`` for
     ``chooses_draws``, ``approximation`` for a Variational, ``member_stack`` for an
-    ensemble); ``KIND`` is its kind; ``build(problem, ...)`` exists; every option has a
-    line in the class's ``Args:`` section."""
+    ensemble, ``flat_twin`` for ``flat_storage``); ``KIND`` is its kind;
+    ``build(problem, ...)`` exists; every option has a line in the class's ``Args:``
+    section."""
     cls = getattr(module, "ALGORITHM", None)  # the registration check itself
     if not (isinstance(cls, type) and issubclass(cls, AlgorithmBase)):
         return ["ALGORITHM must be a class deriving from bdlkit.core.protocol.Sampler, "
@@ -68,6 +69,10 @@ def declaration_errors(name: str, module: ModuleType) -> list[str]:
                                    (issubclass(cls, EnsembleBase), "member_stack", EnsembleBase)):
         if declared and getattr(cls, method) is getattr(base, method):
             errors.append(f"{cls.__name__} declares what needs {method}() but does not define it")
+    if cls.flat_storage is not AlgorithmBase.flat_storage and not callable(
+            getattr(cls, "flat_twin", None)):
+        errors.append(f"{cls.__name__} declares flat_storage but does not define flat_twin() "
+                      "(derive it from bdlkit.algorithms.storage.FlatStorage)")
     kind = getattr(module, "KIND", None)
     if kind not in KINDS or kind != cls.kind:
         errors.append(f"KIND={kind!r} must be {cls.kind!r} (one of {KINDS})")

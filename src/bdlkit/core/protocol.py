@@ -98,6 +98,7 @@ class Algorithm(Protocol):
     collects_draws: bool  # its draws are the chain's states, kept in a sample store
     step_size_param: str  # the option named by the runner's NaN message
     data_parallel: bool  # scores only through problem.value_and_score (what is all-reduced)
+    flat_storage: bool  # steps on packed flat buffers through flat_twin(layout) (storage.py)
     is_finite: Any  # (state) -> bool: the runner's NaN check at checkpoints
     label: str  # how messages name it: the name, and a VI method's family
     VERSION: int | str  # of the update rule; a checkpoint of another version is refused
@@ -168,6 +169,13 @@ class AlgorithmBase:
     @property
     def warmup_steps(self) -> int:
         return 0
+
+    @property
+    def flat_storage(self) -> bool:
+        """Whether the state steps on flat storage: one contiguous buffer per state field,
+        stepped by ``flat_twin(layout)`` (:class:`bdlkit.algorithms.storage.FlatStorage`
+        declares it for the element-wise methods)."""
+        return False
 
     def is_finite(self, state: Any) -> bool:
         """Whether the state is free of NaN and inf (the runner checks it at checkpoints and

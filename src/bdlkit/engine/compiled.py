@@ -144,7 +144,7 @@ class CompiledSteps:
         """The algorithm that steps the packed state (flat storage's twin), that state,
         and the map back (:mod:`bdlkit.algorithms.storage`)."""
         algorithm = self.algorithm
-        if getattr(algorithm, "flat_storage", False):
+        if algorithm.flat_storage:
             layout = FlatLayout.of(algorithm.params(state))
             if layout is not None:
                 return (algorithm.flat_twin(layout), pack(layout, state),
