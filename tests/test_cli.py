@@ -117,7 +117,12 @@ def test_resume_of_finished_run_gives_identical_metrics(finished_run, run_copy, 
     assert main(["fit", "--resume", str(run_copy), "--no-progress"]) == 0
     assert (run_copy / "metrics.json").read_bytes() == before
     assert (run_copy / "log.jsonl").read_text() == log
-    assert "accuracy" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "accuracy" in captured.out
+    # it says, in one line, that there was nothing to continue
+    notes = [line for line in captured.err.splitlines() if "had already finished" in line]
+    assert notes == [f"{run_copy} had already finished (60 of 60 steps): nothing to continue; "
+                     f"evaluating it again (as `bdlkit evaluate {run_copy}` does)"]
 
 
 def test_evaluate_rewrites_identical_metrics(finished_run, run_copy, capsys):
@@ -303,7 +308,7 @@ def test_resume_of_folder_without_checkpoint(run_copy, capsys):
     assert main(["fit", "--resume", str(run_copy), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "no checkpoint" in error_line(err)
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "had already finished" not in err
 
 
 def test_resume_of_folder_that_is_not_a_run(tmp_path, capsys):

@@ -156,6 +156,9 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
         if layout[0] > 1 and args.tensorboard:
             raise InputError(TENSORBOARD_CHAINS)
         with distributed.joined(*layout) as topology:
+            note = ranks.finished_note(args.resume, layout[0]) if step_size is None else None
+            if note and topology.rank == 0:
+                print(note, file=sys.stderr)
             output = ranks.resume(args.resume, topology,
                                   progress=progress and topology.rank == 0, step_size=step_size,
                                   callbacks=callbacks if topology.writer else None)

@@ -45,8 +45,11 @@ def test_flatten_round_trip():
 def test_two_outer_steps_change_the_meta_parameters_and_resume(tmp_path):
     out = tmp_path / "meta"
     cfg = MetaTrainConfig(outer_steps=2, **TINY)
-    summary = meta_train(out, cfg, echo=None, command="test")
+    lines: list[str] = []
+    summary = meta_train(out, cfg, echo=lines.append, command="test")
     assert summary["steps"] == 2
+    assert [line.split(":")[0] for line in lines if line.startswith("outer step")] == [
+        "outer step 1/2", "outer step 2/2"]  # each progress line once, the last one too
     for name in ("checkpoint.safetensors", "history.json", "config.json", "meta_loss.png",
                  "meta_params.safetensors"):
         assert (out / name).is_file(), name
@@ -64,6 +67,11 @@ def test_two_outer_steps_change_the_meta_parameters_and_resume(tmp_path):
     assert summary["steps"] == 3
     again = json.loads((out / "history.json").read_text())
     assert again[:2] == history and len(again) == 3
+    lines.clear()  # a finished run resumed: where it stands, once
+    assert meta_train(out, MetaTrainConfig(outer_steps=3, **TINY), echo=lines.append)[
+        "steps"] == 3
+    assert [line.split(":")[0] for line in lines if line.startswith("outer step")] == [
+        "outer step 3/3"]
 
     with pytest.raises(ValueError, match="other options"):
         meta_train(out, MetaTrainConfig(outer_steps=4, **{**TINY, "sigma": 0.1}), echo=None)

@@ -264,7 +264,7 @@ def _outer_loop(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam
                 opt: dict[str, Tensor], history: list[dict[str, Any]], deadline: float,
                 data_root: str | None, command: str | None, say: Callable[[str], None],
                 topology: Topology = SINGLE) -> int:
-    step = len(history)
+    step, said = len(history), -1  # said: the step whose progress line was printed
     writes = topology.rank == 0
     while step < cfg.outer_steps and not _out_of_time(deadline, topology):
         t0 = time.perf_counter()
@@ -287,9 +287,11 @@ def _outer_loop(out: Path, cfg: MetaTrainConfig, like: MetaParams, adam: es.Adam
         if step % cfg.checkpoint_every == 0 and writes:
             _save(out, cfg, phi, like, opt, history, command)
             say(_progress(history, cfg))
+            said = step
     if writes:
         _save(out, cfg, phi, like, opt, history, command)
-        say(_progress(history, cfg))
+        if said != step:  # the last step's line is not printed twice
+            say(_progress(history, cfg))
     return step
 
 

@@ -95,6 +95,20 @@ def _prepare_chains_folder(out: Path, overwrite: bool, topology: Topology) -> No
     distributed.barrier()
 
 
+def finished_note(run_dir: str | Path, chain_groups: int) -> str | None:
+    """What ``bdlkit fit --resume`` says of a run whose every chain had already reached its
+    last step (nothing is continued; the run is evaluated again); None for any other run."""
+    run_dir = Path(run_dir)
+    folders = [run_dir] if chain_groups == 1 else [run_dir / f"chain-{g}"
+                                                   for g in range(chain_groups)]
+    if not all(_finished(folder) for folder in folders):
+        return None
+    meta = read_meta(latest_checkpoint(folders[0] / "checkpoints"))
+    return (f"{run_dir} had already finished ({meta['step']} of {meta['total_steps']} "
+            f"steps): nothing to continue; evaluating it again (as `bdlkit evaluate "
+            f"{run_dir}` does)")
+
+
 def _finished(folder: Path) -> bool:
     """Whether the run in ``folder`` has a checkpoint at its last step."""
     newest = latest_checkpoint(folder / "checkpoints")
