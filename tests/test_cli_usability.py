@@ -36,7 +36,7 @@ def test_python_api_suggests_the_closest_method_model_and_data_set():
     with pytest.raises(InputError, match=r"unknown data set 'digts' \(did you mean digits\?\)"
                        ) as info:
         data.load("digts")
-    assert "uci/boston" in str(info.value)
+    assert "uci/<name> (boston" in str(info.value) and "bdlkit list" in str(info.value)
 
 
 def test_no_suggestion_for_a_name_like_nothing_and_paths_keep_their_message(tmp_path):
@@ -189,3 +189,51 @@ def test_a_users_constructor_failing_is_one_line(user_package, tmp_path, capsys)
     _assert_one_error_line(rc, capsys.readouterr().err,
                            ["--model mypkg.net:Tiny", "depth", "TypeError",
                             "Name(input_shape, out_features, **model_kwargs)"])
+
+
+def test_a_users_package_in_the_current_folder_needs_no_pythonpath(tmp_path, monkeypatch):
+    """Issue 43, own data 7: ``--model herepkg.net:Tiny`` from the folder holding herepkg/,
+    with neither that folder nor '' on sys.path (the ``bdlkit`` script's case)."""
+    package = tmp_path / "here" / "herepkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "net.py").write_text(NET)
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    try:
+        net = models.build_for_data("herepkg.net:Tiny", (8, 8), 10, width=5)
+        assert net.width == 5 and sys.path[-1] == str(tmp_path / "here")
+    finally:
+        for name in ("herepkg.net", "herepkg"):
+            sys.modules.pop(name, None)
+    monkeypatch.chdir(tmp_path)  # not here: the message says where it looked
+    with pytest.raises(InputError, match="in the current folder, installed, or its folder on "
+                       "PYTHONPATH"):
+        models.build_for_data("herepkg2.net:Tiny", (8, 8), 10)
+
+
+def test_cli_misspelt_data_option_is_one_line_with_a_suggestion(tmp_path, capsys):
+    csv = tmp_path / "moons.csv"
+    csv.write_text("a,b,label\n" + "".join(f"{i},{-i},{i % 2}\n" for i in range(20)))
+    rc = _run(["fit", "--method", "map", "--data", str(csv), "--data-kwargs",
+               '{"tsk": "classification"}', "--out", str(tmp_path / "r"), *QUICK])
+    _assert_one_error_line(rc, capsys.readouterr().err, [
+        "unknown data option 'tsk'", "did you mean 'task'?", "valid options: task, "])
+    rc = _run(["fit", "--method", "map", "--data", "digits", "--standardize",
+               "--out", str(tmp_path / "r"), *QUICK])
+    _assert_one_error_line(rc, capsys.readouterr().err, [
+        "unknown data option 'standardize' for digits", "an option of .npz/.csv files"])
+
+
+def test_cli_standardize_is_recorded_with_the_files_other_data_options(tmp_path):
+    import yaml
+
+    csv = tmp_path / "wide.csv"
+    csv.write_text("a,b,t\n" + "".join(f"{100 * i},{i % 7},{i * 0.5}\n" for i in range(30)))
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"method: map\ndata: {csv}\ndata_kwargs: {{test_fraction: 0.5}}\n")
+    assert main(["fit", "--config", str(config), "--standardize", "--out",
+                 str(tmp_path / "r"), *QUICK]) == 0
+    recorded = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert recorded["data_kwargs"] == {"scale_uint8": True, "standardize": True,
+                                       "test_fraction": 0.5}

@@ -82,6 +82,10 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--tensorboard", metavar="DIR", help="also write each logged entry's "
                    "scalars to TensorBoard event files in DIR, one folder per run (needs "
                    "pip install 'bdlkit[tensorboard]'; allowed with --resume)")
+    p.add_argument("--standardize", action="store_true",
+                   help="standardise every input feature of a .npz/.csv data file with the "
+                   "training mean and std (the file's standardize option, recorded in "
+                   "config.yaml under data_kwargs)")
     return p
 
 
@@ -147,7 +151,8 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[str, Any],
          hyper: dict[str, Any], progress: bool, callbacks: list[Any]) -> int:
     if args.resume:
-        if given or len(hyper) > 1 or args.config or args.out or args.overwrite:
+        if (given or len(hyper) > 1 or args.config or args.out or args.overwrite
+                or args.standardize):
             raise InputError("--resume DIR takes every option from DIR/config.yaml but the "
                              "method's step size (e.g. --lr after a NaN stop); pass no other "
                              "options (to change them, start a new run with --out)")
@@ -170,6 +175,9 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
     if "steps" in given or "epochs" in given:  # a command-line length replaces the file's
         values.pop("epochs" if "steps" in given else "steps", None)
     values.update(given)
+    kwargs = values.get("data_kwargs") or {}
+    if args.standardize and isinstance(kwargs, dict):  # the data file's option
+        values["data_kwargs"] = {**kwargs, "standardize": True}
     if "method" not in values:
         parser.error("--method is required (or set `method:` in --config); methods: "
                      + ", ".join(sorted(algorithms.METHODS)))

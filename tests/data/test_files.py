@@ -58,7 +58,7 @@ def test_csv_roundtrip(tmp_path: Path) -> None:
     path = tmp_path / "table.csv"
     rows = ["a,label,b"] + [f"{i},{i % 3},{i * 0.5}" for i in range(50)]
     path.write_text("\n".join(rows) + "\n")
-    d = load_file(path, target="label", test_fraction=0.2)
+    d = load_file(path, target="label", test_fraction=0.2, task="regression")
     assert d.task == "regression" and d.x_train.shape == (40, 2)
     assert d.meta["columns"] == ["a", "b"]
     assert torch.allclose(d.x_train[:, 1], d.x_train[:, 0] * 0.5)
@@ -67,6 +67,8 @@ def test_csv_roundtrip(tmp_path: Path) -> None:
     assert torch.allclose(last.y_train, last.x_train[:, 0] * 0.5)
     cls = load_file(path, target="label", task="classification")
     assert cls.num_classes == 3 and cls.y_train.dtype == torch.int64
+    with pytest.warns(DataWarning, match="column 'label' holds only the integers 0, 1, 2"):
+        assert load_file(path, target="label").num_classes == 3  # inferred: labels 0..2
     declared = load_file(path, target="label", num_classes=3)  # a count makes it classification
     assert declared.task == "classification" and declared.num_classes == 3
 
@@ -277,16 +279,82 @@ def test_complex_and_text_arrays_are_refused(tmp_path: Path) -> None:
 
 
 def test_inputs_far_from_unit_scale_warn_before_the_run(tmp_path: Path) -> None:
-    """0..255 pixels: a DefaultsWarning naming the scale and the fix; [0, 1] pixels: none."""
-    import warnings
-
+    """0..255 float pixels (or uint8 ones with scale_uint8=False): a DefaultsWarning naming
+    the scale and the fixes; [0, 1] pixels and uint8 pixels (scaled on load): none."""
     from bdlkit.core.errors import DefaultsWarning
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, size=(40, 1, 4, 4)).astype(np.uint8)
     y = np.arange(40) % 2
-    with pytest.warns(DefaultsWarning, match=r"root mean square of 1\d\d.*divide by 255"):
-        load_file(_npz(tmp_path, x=pixels, y=y))
+    with pytest.warns(DefaultsWarning, match=r"root mean square of 1\d\d.*--standardize.*"
+                      "divide by 255"):
+        load_file(_npz(tmp_path, x=pixels.astype(np.float64), y=y))
+    with pytest.warns(DefaultsWarning, match=r"root mean square of 1\d\d"):
+        load_file(_npz(tmp_path, x=pixels, y=y), scale_uint8=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DefaultsWarning)
         load_file(_npz(tmp_path, x=pixels / 255.0, y=y))
+        load_file(_npz(tmp_path, x=pixels, y=y))
+
+
+def test_uint8_pixels_are_scaled_to_the_unit_range_on_load(tmp_path: Path) -> None:
+    """Issue 43, raw pixels: a user's uint8 images come out in [0, 1]; the option keeps
+    the raw values; both are recorded in the data set's meta."""
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, size=(30, 1, 6, 6)).astype(np.uint8)
+    pixels[0, 0, 0, :2] = (0, 255)
+    path = _npz(tmp_path, x=pixels, y=np.arange(30) % 2)
+    d = load_file(path)
+    x = torch.cat([d.x_train, d.x_test])
+    assert float(x.min()) == 0.0 and float(x.max()) == 1.0
+    perm_x = np.sort((pixels / 255.0).astype(np.float32).reshape(-1))
+    assert np.array_equal(np.sort(x.numpy().reshape(-1)), perm_x)
+    assert d.meta["input_scaling"] == ["uint8 inputs divided by 255 (scale_uint8)"]
+    with pytest.warns(DataWarning):
+        raw = load_file(path, scale_uint8=False)
+    assert float(torch.cat([raw.x_train, raw.x_test]).max()) == 255.0
+    assert "input_scaling" not in raw.meta
+    with pytest.raises(InputError, match="scale_uint8 must be true or false"):
+        load_file(path, scale_uint8="no")
+
+
+def test_standardize_uses_the_training_statistics_for_every_split(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(loc=[500.0, -3.0, 7.0], scale=[80.0, 0.01, 0.0], size=(50, 3))
+    path = _npz(tmp_path, x=x, y=rng.normal(size=50) * 1000)
+    d = load_file(path, standardize=True)
+    train = d.x_train.double()
+    torch.testing.assert_close(train[:, :2].mean(0), torch.zeros(2, dtype=torch.float64),
+                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(train[:, :2].std(0, unbiased=False),
+                               torch.ones(2, dtype=torch.float64), atol=1e-5, rtol=0)
+    assert torch.all(d.x_test[:, 2] == 0)  # a constant feature: minus its mean, over 1
+    raw = load_file(path)
+    mean, std = raw.x_train.double().mean(0), raw.x_train.double().std(0, unbiased=False)
+    std[std == 0] = 1
+    torch.testing.assert_close(d.x_test.double(), (raw.x_test.double() - mean) / std,
+                               atol=1e-3, rtol=1e-4)
+    assert torch.equal(d.y_test, raw.y_test)  # targets untouched
+    assert "standardize" in d.meta["input_scaling"][0]
+
+
+def test_integer_valued_targets_are_classes_with_a_warning_naming_the_switch(
+        tmp_path: Path) -> None:
+    """Issue 43, own data 3: a CSV whose target holds 0/1 labels is a classification task
+    (it was silently regression); the warning names task='regression'."""
+    gen = np.random.default_rng(3)
+    x = gen.normal(size=(60, 2))
+    csv = tmp_path / "moons.csv"
+    labels = (x[:, 0] > 0).astype(int)
+    csv.write_text("a,b,label\n" + "".join(f"{u},{v},{t}\n" for (u, v), t in zip(x, labels)))
+    switch = """task='regression' (command line: --data-kwargs '{"task": "regression"}')"""
+    with pytest.warns(DataWarning) as record:
+        d = load_file(csv)
+    assert d.task == "classification" and d.num_classes == 2
+    assert any(switch in str(w.message) and "0, 1" in str(w.message) for w in record)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        assert load_file(csv, task="regression").task == "regression"
+        assert load_file(csv, task="classification").num_classes == 2
+        for y in (labels + 0.5, labels * 20.0, np.zeros(60)):  # not a few small integers
+            assert load_file(_npz(tmp_path, x=x, y=y)).task == "regression"

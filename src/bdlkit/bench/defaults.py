@@ -15,8 +15,8 @@ accuracy, a regression run the training mean's test RMSE (in the targets' units)
 * ``cifar10-1000``: 1 000 CIFAR-10 training images and the small CNN (``--model cnn``);
 * ``yacht`` and ``concrete``: UCI regression (split 0), MLP with a learned noise σ.
 
-* ``two-class-255``: the same images as 0..255 pixel values, as a user's file often holds
-  them (bdlkit applies no scaling to user files).
+* ``two-class-255``: the same images as uint8 0..255 pixel values, as a user's file often
+  holds them (bdlkit scales uint8 inputs to [0, 1] on load: :mod:`bdlkit.data.scaling`).
 
 A run that fails after bdlkit said before it that a default cannot serve the problem (a
 :class:`~bdlkit.core.errors.DefaultsWarning`: ``fisher_vi`` on a network, inputs far from

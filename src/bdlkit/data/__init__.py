@@ -17,18 +17,26 @@ Sources and split conventions (details in each module's docstring):
   splits and scaling (:mod:`.timeseries`).
 * ``posteriordb/<posterior>``: posteriors with reference draws (:mod:`.posteriordb`);
   ``synthetic/<kind>``: generated targets (:mod:`.synthetic`).
-* a path ending in ``.npz`` or ``.csv``: a user file (:mod:`.files`); a ``.csv`` given a
-  ``horizon`` is a time series, cut into forecasting windows (:func:`.timeseries.load_csv_series`).
+* a path ending in ``.npz`` or ``.csv``: a user file (:mod:`.files`; ``uint8`` inputs are
+  scaled to [0, 1], ``standardize=True`` standardises the inputs: :mod:`.scaling`); a
+  ``.csv`` given a ``horizon`` is a time series, cut into forecasting windows
+  (:func:`.timeseries.load_csv_series`).
+
+Options a loader does not take, and missing required ones, are refused naming the valid
+options and the closest one.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bdlkit.core.errors import InputError
+from bdlkit.data import scaling
 from bdlkit.data.dataset import Dataset, Task, as_float, as_labels
 from bdlkit.data.files import load_file
 from bdlkit.data.images import load_cifar10, load_digits, load_mnist, load_notmnist, read_idx
@@ -67,15 +75,93 @@ DATASETS: dict[str, str] = {
 _IMAGES = {"digits", "mnist", "notmnist", "cifar10"}
 
 
+def _listing() -> str:
+    """The valid names on one short line: families as ``uci/<name> (boston, ...)``."""
+    families: dict[str, list[str]] = {}
+    for key in DATASETS:
+        family, _, member = key.rpartition("/")
+        families.setdefault(family or key, []).append(member)
+    shown = []
+    for family, members in families.items():
+        if members == [family] or "<" in members[0] or len(members) == 1:
+            shown.append(family if members == [family] else f"{family}/{members[0]}")
+        elif len(", ".join(members)) <= 80:
+            shown.append(f"{family}/<name> ({', '.join(members)})")
+        else:
+            shown.append(f"{family}/<name> ({len(members)} of them)")
+    return ", ".join(shown)
+
+
 def _unknown(name: str) -> InputError:
-    listing = "\n".join(f"  {k:<52} {v}" for k, v in DATASETS.items())
     names = {k.lower(): k for k in DATASETS if "<" not in k}
     close = difflib.get_close_matches(name.lower(), list(names), n=1)
     hint = f" (did you mean {names[close[0]]}?)" if close else ""
     return InputError(
-        f"unknown data set {name!r}{hint}. Valid names (UCI folder names are accepted too, and "
-        f"any existing .npz/.csv path):\n{listing}"
+        f"unknown data set {name!r}{hint}. Valid names: {_listing()}, or the path of a "
+        f".npz/.csv file (UCI folder names are accepted too); `bdlkit list` describes each"
     )
+
+
+def _call(loader: Callable[..., Any], what: str, *args: Any, note: str = "",
+          **kwargs: Any) -> Any:
+    """``loader(*args, **kwargs)`` once the options are known to fit its signature.
+
+    Args:
+        loader: the specific loader (or generator) function.
+        what: the data set as the user named it, for the messages.
+        *args: what :func:`load` passes positionally (a name or path).
+        note: appended to the list of valid options (e.g. what else a .csv accepts).
+        **kwargs: the user's options (``--data-kwargs``) and ``root``.
+
+    Raises:
+        InputError: an option the loader does not take (with the closest valid one and
+            all of them), or a required one missing.
+    """
+    params = list(inspect.signature(loader).parameters.values())[len(args):]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    options = [n for n in names if n != "root"]
+    open_ended = any(p.kind == p.VAR_KEYWORD for p in params)
+    for key in kwargs:
+        if key not in names and not open_ended:
+            close = difflib.get_close_matches(str(key), options, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            if key in scaling.OPTIONS and key not in close:
+                hint += (f" ({key} is an option of .npz/.csv files; bdlkit's named data sets "
+                         "come scaled)")
+            example = (f" (command line: --data-kwargs '{{\"{close[0]}\": ...}}')" if close
+                       else "")
+            raise InputError(f"unknown data option {key!r} for {what}{hint}; valid options: "
+                             f"{', '.join(options) or 'none'}{note}{example}")
+    missing = [p.name for p in params if p.name in names
+               and p.default is inspect.Parameter.empty and p.name not in kwargs]
+    if missing:
+        given = ", ".join(f"{m}=..." for m in missing)
+        raise InputError(
+            f"{what} needs the option{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(repr(m) for m in missing)}: e.g. bdlkit.data.load({what!r}, {given}) "
+            f"(command line: --data-kwargs '{{\"{missing[0]}\": ...}}')")
+    return loader(*args, **kwargs)
+
+
+def as_recorded(name: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A data set name and its options as a run records them (``config.yaml``).
+
+    A ``.npz``/``.csv`` path becomes absolute, so that the run can be evaluated, loaded,
+    resumed and reproduced from any folder; a file's input-scaling options
+    (:data:`bdlkit.data.scaling.OPTIONS`) are filled in with their defaults, so that
+    reloading the run scales its inputs as the run did. Other names are returned as given.
+
+    Args:
+        name: what :func:`load` takes.
+        kwargs: the options for :func:`load`.
+    """
+    suffix = Path(name).suffix.lower()
+    if suffix not in (".npz", ".csv"):
+        return name, dict(kwargs)
+    path = os.path.abspath(os.path.expanduser(name))
+    if suffix == ".csv" and {"horizon", "lookback"} & set(kwargs):  # a time series
+        return path, dict(kwargs)
+    return path, {**scaling.OPTIONS, **kwargs}
 
 
 def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any:
@@ -99,29 +185,32 @@ def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any
     key = text.lower()
     if key in _IMAGES:
         if key == "digits":
-            return load_digits(**kwargs)
+            return _call(load_digits, text, **kwargs)
         loader = {"mnist": load_mnist, "notmnist": load_notmnist, "cifar10": load_cifar10}[key]
-        return loader(root=root, **kwargs)
+        return _call(loader, text, root=root, **kwargs)
     if key.startswith("uci/"):
-        return load_uci(text[4:], root=root, **kwargs)
+        return _call(load_uci, text, text[4:], root=root, **kwargs)
     if key.startswith("posteriordb/"):
         from bdlkit.data.posteriordb import load_posterior
 
-        return load_posterior(text[len("posteriordb/") :], root=root, **kwargs)
+        return _call(load_posterior, text, text[len("posteriordb/") :], root=root, **kwargs)
     if key.startswith("synthetic/"):
-        from bdlkit.data.synthetic import make_target
+        from bdlkit.data.synthetic import KINDS, make_target
 
-        return make_target(text[len("synthetic/") :], **kwargs)
+        kind = text[len("synthetic/") :]
+        return _call(KINDS[kind], text, **kwargs) if kind in KINDS else make_target(kind)
     try:
         canonical = forecasting_name(text)
     except ValueError:
         canonical = None
     if canonical is not None:
-        return load_forecasting(canonical, root=root, **kwargs)
-    if Path(text).suffix.lower() == ".csv" and {"horizon", "lookback"} & set(kwargs):
-        return load_csv_series(text, **kwargs)
-    if Path(text).suffix.lower() in (".npz", ".csv"):
-        return load_file(text, **kwargs)  # a missing file raises FileNotFoundError
+        return _call(load_forecasting, text, canonical, root=root, **kwargs)
+    suffix = Path(text).suffix.lower()
+    if suffix == ".csv" and {"horizon", "lookback"} & set(kwargs):
+        return _call(load_csv_series, text, text, **kwargs)
+    if suffix in (".npz", ".csv"):
+        series = "; horizon or lookback make a .csv a time series" if suffix == ".csv" else ""
+        return _call(load_file, text, text, note=series, **kwargs)  # a missing file raises
     raise _unknown(text)
 
 
@@ -132,6 +221,7 @@ __all__ = [
     "Task",
     "UCI_FOLDERS",
     "as_float",
+    "as_recorded",
     "as_labels",
     "candidate_roots",
     "load",

@@ -5,8 +5,9 @@ optional validation part, the task kind and what a model needs to know (number o
 classes, input shape, the scaling applied). Loaders are in sibling modules; this
 module only defines the record and its own consistency checks (row counts, per-example
 shapes across splits, label range), which raise :class:`~bdlkit.core.errors.DataError`, and
-the label checks file loaders run on the labels as read (before any cast): values,
-the class count (declared, or inferred up to :data:`MAX_CLASSES`) and unused classes.
+the label checks file loaders run on the labels as read (before any cast): the task
+(:func:`infer_task`), values, the class count (declared, or inferred up to
+:data:`MAX_CLASSES`) and unused classes.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bdlkit.core.errors import DataError, DataWarning, caller_stacklevel
+from bdlkit.core.errors import DataError, DataWarning, InputError, caller_stacklevel
 
 Task = Literal["classification", "regression", "forecasting"]
 Where = Callable[[str, int], str]  # (array name, row) -> where it is, for a message
 MAX_CLASSES = 10_000  #: cap on an inferred class count; a declared num_classes may exceed it
+#: Floating targets that are all integers in ``[0, LABEL_LIMIT)`` with at least two distinct
+#: values are read as class labels (with a DataWarning naming ``task="regression"``).
+LABEL_LIMIT = 20
 _SHOWN = 5  # classes listed in a warning
 
 
@@ -165,6 +169,61 @@ def _label_text(v: Any) -> str:
     if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
         return str(int(v))
     return str(v) if isinstance(v, (int, bool)) else repr(v)
+
+
+def infer_task(ys: list[np.ndarray], task: Any, num_classes: Any, path: Any,
+               target: str) -> str:
+    """The task of a file whose target arrays are ``ys`` (every split, as read).
+
+    The given ``task``; else classification for a declared ``num_classes``, for integer or
+    boolean targets, and for floating targets holding only a few small integers (every
+    value an integer in ``[0, LABEL_LIMIT)``, at least two distinct: 0/1 labels in a
+    CSV), which draws a :class:`~bdlkit.core.errors.DataWarning` naming the switch back
+    to regression; regression otherwise.
+
+    Args:
+        ys: the target arrays of every split.
+        task: ``"classification"``, ``"regression"`` or None (infer).
+        num_classes: the declared number of classes, or None.
+        path: the file, named in messages.
+        target: the target, as messages name it (``column 'label'``, ``array 'y'``).
+
+    Raises:
+        InputError: a bad ``task`` or ``num_classes``, or both a count and regression.
+    """
+    if task not in (None, "classification", "regression"):
+        raise InputError(f"task must be 'classification' or 'regression', got {task!r}")
+    if num_classes is not None:
+        is_int = isinstance(num_classes, (int, np.integer)) and not isinstance(
+            num_classes, (bool, np.bool_))
+        if not is_int or num_classes < 1:
+            raise InputError(
+                f"num_classes must be a positive integer K (labels are 0..K-1), got "
+                f"{num_classes!r} ({type(num_classes).__name__})"
+            )
+        if task == "regression":
+            raise InputError("num_classes applies to classification only; drop it or the task")
+        return "classification"
+    if task is not None:
+        return task
+    if ys[0].dtype.kind in "biu":
+        return "classification"
+    values = np.unique(np.concatenate([y.reshape(-1) for y in ys]))
+    small_integers = (all(y.ndim == 1 and y.dtype.kind == "f" for y in ys)
+                      and len(values) >= 2 and values[0] >= 0 and values[-1] < LABEL_LIMIT
+                      and bool(np.all(values == np.round(values))))
+    if not small_integers:
+        return "regression"
+    shown = ", ".join(_label_text(v.item()) for v in values)
+    warnings.warn(
+        f"{path}: the {target} holds only the integers {shown}, so it is read as class "
+        f"labels: a classification task with {int(values[-1]) + 1} classes. If it is a "
+        f"quantity to predict, load it as regression: task='regression' (command line: "
+        f"--data-kwargs '{{\"task\": \"regression\"}}'); to say it is classification "
+        f"and silence this: task='classification'",
+        DataWarning, stacklevel=caller_stacklevel(),
+    )
+    return "classification"
 
 
 def check_label_values(name: str, y: np.ndarray, path: Any, where: Where) -> None:

@@ -7,11 +7,16 @@
   rows are the test part.
 * ``.csv``: a header row, then numeric rows; the target is the column named ``target``
   or else the last column; split like ``x, y`` above. A CSV is a regression task unless
-  ``task`` (or ``num_classes``) says otherwise.
+  ``task`` (or ``num_classes``) says otherwise, or its target column holds only a few
+  small integers (see below).
 
-Task inference (when ``task`` is None): ``num_classes`` given, or integer or boolean y ->
-classification; floating y -> regression. Inputs are float32; a 1-D x becomes ``(n, 1)``.
-No standardisation is applied.
+Task inference (when ``task`` is None; :func:`~bdlkit.data.dataset.infer_task`):
+``num_classes`` given, integer or boolean y, or floating y whose values are all integers
+in ``[0, LABEL_LIMIT)`` (0/1 labels in a CSV; a DataWarning names ``task='regression'``)
+-> classification; other floating y -> regression. Inputs are float32; a 1-D x becomes
+``(n, 1)``. Input scaling (:mod:`bdlkit.data.scaling`): ``uint8`` inputs are divided by
+255 (``scale_uint8=False`` keeps them); ``standardize=True`` standardises every input
+feature with the training statistics. Targets are never scaled.
 
 Contracts (each violation is a :class:`~bdlkit.core.errors.DataError` naming the file, the
 array or column, the row and the fix): real numeric arrays (bool, integer or float; not
@@ -22,8 +27,8 @@ Classification labels are integral, 1-D and in ``[0, num_classes)`` in every spl
 :data:`MAX_CLASSES`. A :class:`~bdlkit.core.errors.DataWarning` flags values above
 :data:`LARGE_VALUE` in magnitude, classes that never occur in the training labels and
 training labels of a single class; an :class:`~bdlkit.core.errors.InputScaleWarning`
-flags training inputs whose root mean square exceeds :data:`INPUT_SCALE` (the defaults
-assume inputs of order 1).
+flags training inputs (after scaling) whose root mean square exceeds
+:data:`~bdlkit.data.scaling.INPUT_SCALE` (the defaults assume inputs of order 1).
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ from bdlkit.core.errors import (
     DataError,
     DataWarning,
     InputError,
-    InputScaleWarning,
     caller_stacklevel,
 )
 from bdlkit.data.csv_series import numeric_columns, read_table
@@ -52,14 +56,13 @@ from bdlkit.data.dataset import (
     as_labels,
     check_label_values,
     count_classes,
+    infer_task,
     warn_unused_classes,
 )
+from bdlkit.data.scaling import INPUT_SCALE, check_options, scale_inputs, warn_input_scale
 
 SUPPORTED_EXTENSIONS = (".npz", ".csv")
 LARGE_VALUE = 1e6  #: a column whose largest absolute value exceeds this draws a DataWarning
-#: Training inputs whose root mean square exceeds this draw a DefaultsWarning — the zoo's
-#: initialisation, the unit prior and the SG-MCMC step sizes assume inputs of order 1.
-INPUT_SCALE = 10.0
 _F32_MAX = float(torch.finfo(torch.float32).max)
 _SHOWN = 5  # names or classes listed in a warning
 
@@ -218,26 +221,6 @@ def _read_csv(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, _
     return table[:, cols], table[:, t], src
 
 
-def _infer_task(y: np.ndarray, task: Any, num_classes: Any) -> str:
-    """The given task; else classification for a declared num_classes or integer/bool y."""
-    if task not in (None, "classification", "regression"):
-        raise InputError(f"task must be 'classification' or 'regression', got {task!r}")
-    if num_classes is not None:
-        is_int = isinstance(num_classes, (int, np.integer)) and not isinstance(
-            num_classes, (bool, np.bool_))
-        if not is_int or num_classes < 1:
-            raise InputError(
-                f"num_classes must be a positive integer K (labels are 0..K-1), got "
-                f"{num_classes!r} ({type(num_classes).__name__})"
-            )
-        if task == "regression":
-            raise InputError("num_classes applies to classification only; drop it or the task")
-        return "classification"
-    if task is not None:
-        return task
-    return "classification" if y.dtype.kind in "biu" else "regression"
-
-
 def _split(n: int, test_fraction: Any, seed: Any, path: Path) -> tuple[torch.Tensor, ...]:
     """Seeded (train, test) index split."""
     number = (int, float, np.integer, np.floating)
@@ -267,9 +250,10 @@ def _warn_large(tensors: list[torch.Tensor], what: str, names: list[str], path: 
     shown = ", ".join(f"{names[j]} (max |value| {float(peak[j]):.3g})" for j in big[:_SHOWN])
     more = f" and {len(big) - _SHOWN} more" if len(big) > _SHOWN else ""
     warnings.warn(
-        f"{path}: {what}(s) {shown}{more} exceed {LARGE_VALUE:g} in magnitude; bdlkit applies "
-        f"no scaling to user files, and such values make training unstable. Fix: standardise "
-        f"them (subtract the mean, divide by the std) or rescale before saving",
+        f"{path}: {what}(s) {shown}{more} exceed {LARGE_VALUE:g} in magnitude; such values "
+        f"make training unstable. Fix: standardise them (inputs: standardize=True, command "
+        f"line --standardize; targets: subtract the mean, divide by the std before saving) "
+        f"or rescale before saving",
         DataWarning, stacklevel=caller_stacklevel(),
     )
 
@@ -294,11 +278,22 @@ def load_file(
     seed: int = 0,
     target: str | None = None,
     num_classes: int | None = None,
+    scale_uint8: bool = True,
+    standardize: bool = False,
 ) -> Dataset:
     """Load a user ``.npz`` or ``.csv`` file as a :class:`Dataset` (see the module docstring).
 
-    ``num_classes`` declares the number of classes K (labels 0..K-1; it makes the task
-    classification); without it, K is ``max label + 1``, at most :data:`MAX_CLASSES`.
+    Args:
+        path: the ``.npz`` or ``.csv`` file.
+        task: ``"classification"``, ``"regression"`` or None (inferred from the targets).
+        test_fraction: the test part of a file without a given split.
+        seed: the seed of that split.
+        target: a CSV's target column (default: ``target``, else the last column).
+        num_classes: the number of classes K (labels 0..K-1; it makes the task
+            classification); without it, K is ``max label + 1``, at most
+            :data:`MAX_CLASSES`.
+        scale_uint8: divide ``uint8`` inputs (pixels 0..255) by 255.
+        standardize: standardise every input feature with the training mean and std.
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -315,6 +310,7 @@ def load_file(
         )
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
+    check_options(scale_uint8, standardize)
     parts, src, meta = _read(path, target)
     task, num_classes = _validate(parts, src, task, num_classes)
     if "all" in parts:
@@ -322,6 +318,10 @@ def load_file(
         tr, te = (i.numpy() for i in _split(len(x), test_fraction, seed, path))
         parts = {"train": (x[tr], y[tr]), "test": (x[te], y[te])}
         meta.update(split="seeded random permutation", split_seed=seed, test_fraction=test_fraction)
+    parts, scaling = scale_inputs(parts, scale_uint8=bool(scale_uint8),
+                                  standardize=bool(standardize))
+    if scaling:
+        meta["input_scaling"] = scaling
     ds = Dataset(path.stem, task, num_classes=num_classes, meta=meta, **_tensors(parts, task))
     _warn_after_load(ds, src)
     return ds
@@ -336,7 +336,8 @@ def _validate(
         _check_array(f"x{names[p]}", x, src)
         _check_array(f"y{names[p]}", y, src)
         _check_rows(p, x, y, src)
-    task = _infer_task(next(iter(parts.values()))[1], task, num_classes)
+    what = f"column {src.target!r}" if src.columns is not None else "target array"
+    task = infer_task([y for _, y in parts.values()], task, num_classes, src.path, what)
     for p, (x, y) in parts.items():
         _check_range(f"x{names[p]}", x, src)
         if task == "regression":
@@ -360,21 +361,6 @@ def _tensors(parts: dict[str, Any], task: str) -> dict[str, torch.Tensor]:
         tensors[f"y_{p}"] = (as_labels(y.astype(np.int64)) if labels
                              else as_float(y.astype(np.float32)))
     return tensors
-
-
-def warn_input_scale(x: torch.Tensor, path: Path) -> None:
-    """An :class:`~bdlkit.core.errors.InputScaleWarning` (a DataWarning and a
-    DefaultsWarning) when the training inputs' root mean
-    square exceeds :data:`INPUT_SCALE` (e.g. image pixels in 0..255)."""
-    scale = float(x.double().pow(2).mean().sqrt()) if x.numel() else 0.0
-    if scale > INPUT_SCALE:
-        warnings.warn(
-            f"{path}: the training inputs have a root mean square of {scale:.3g}; bdlkit's "
-            f"defaults (initialisation, prior scale 1, SG-MCMC step sizes) assume inputs of "
-            f"order 1, and on 0..255 pixels sgld and sghmc predict the majority class "
-            f"(`bdlkit bench defaults`, two-class-255). Fix: rescale before saving (pixels: "
-            f"divide by 255) or standardise each feature with the training mean and std",
-            InputScaleWarning, stacklevel=caller_stacklevel())
 
 
 def _warn_after_load(ds: Dataset, src: _Source) -> None:

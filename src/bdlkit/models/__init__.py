@@ -10,9 +10,11 @@ imports ``package.module`` and calls its class or function ``Name`` as
 input's sizes (``(64,)`` for digits, ``(C, H, W)`` for images, ``(lookback, channels)``
 for forecasting windows), ``out_features`` the number of outputs (classes, regression
 targets, or ``horizon · channels`` for forecasts, reshaped to ``(horizon, channels)``
-after it). It must return a ``torch.nn.Module``. The run's config.yaml records the name
-as given, so the module must be importable (installed, or on ``PYTHONPATH``) whenever the
-run is fit, resumed or evaluated.
+after it). It must return a ``torch.nn.Module``. The package is imported from
+``sys.path`` or else from the current folder (as ``python -m`` would: ``mypkg/`` beside
+where ``bdlkit fit`` runs needs no ``PYTHONPATH``). The run's config.yaml records the name
+as given, so the module must be importable (from the folder the command runs in,
+installed, or on ``PYTHONPATH``) whenever the run is fit, resumed or evaluated.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -84,13 +88,13 @@ def import_model(spec: str) -> Callable[..., nn.Module]:
         raise InputError(f"{where}: a model of your own is given as package.module:Name, "
                          f"e.g. mypkg.net:Tiny")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_here(module_name)
     except Exception as err:  # noqa: BLE001 - the user's module: any failure is input
         raise InputError(
             f"{where}: cannot import module {module_name!r} ({type(err).__name__}: "
             f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); it must be "
-            "importable (installed, or its folder on PYTHONPATH) when the run is fit, "
-            "resumed (--resume) or evaluated") from err
+            "importable (in the current folder, installed, or its folder on PYTHONPATH) "
+            "when the run is fit, resumed (--resume) or evaluated") from err
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -103,6 +107,28 @@ def import_model(spec: str) -> Callable[..., nn.Module]:
         raise InputError(f"{where}: {attr!r} in {module_name!r} is a {type(target).__name__}, "
                          "not a class or function returning a torch.nn.Module")
     return target
+
+
+def _import_here(module_name: str) -> Any:
+    """Import ``module_name``; where its top package is not found on ``sys.path`` but lies
+    in the current folder, put that folder on ``sys.path`` (as ``python -m`` does, which the
+    ``bdlkit`` script does not) and import it from there.
+
+    Args:
+        module_name: ``package.module``.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        top = module_name.split(".")[0]
+        here = os.getcwd()
+        local = os.path.isdir(os.path.join(here, top)) or os.path.isfile(
+            os.path.join(here, top + ".py"))
+        if err.name != top or not local or here in sys.path:
+            raise
+        sys.path.append(here)
+        importlib.invalidate_caches()
+        return importlib.import_module(module_name)
 
 
 def _checked_module(spec: str, net: Any) -> nn.Module:

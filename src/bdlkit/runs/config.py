@@ -21,6 +21,7 @@ import difflib
 import inspect
 import math
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,8 @@ class RunConfig:
 
     method: str = field(metadata={"help": "inference method (see `bdlkit list`)"})
     model: str = field(default="mlp", metadata={"help": "model from the zoo (see `bdlkit list`) or package.module:Name"})
-    data: str = field(default="digits", metadata={"help": "data set name or .npz/.csv path"})
+    data: str = field(default="digits", metadata={"help": "data set name or .npz/.csv path "
+                                                  "(recorded as an absolute path)"})
     steps: int | None = field(default=None, metadata={"help": "number of steps (default 1000)"})
     epochs: int | None = field(default=None, metadata={"help": "number of epochs (instead of steps)"})
     seed: int = field(default=0, metadata={"help": "seed for initialisation, data order and noise"})
@@ -158,6 +160,17 @@ class RunConfig:
                                    f"got {self.dtype!r}")
         _check_precision(self.precision, self.dtype)
         self.likelihood = likelihood_choice.normalised(self.likelihood)
+        self._record_data_source()
+
+    def _record_data_source(self) -> None:
+        """A data file's path (and ``data_root``) made absolute and a file's input-scaling
+        options filled in (:func:`bdlkit.data.as_recorded`): the run reloads the same data,
+        scaled the same way, from any folder."""
+        from bdlkit.data import as_recorded  # late: bdlkit.data is heavy to import
+
+        self.data, self.data_kwargs = as_recorded(self.data, self.data_kwargs)
+        if self.data_root is not None:
+            self.data_root = os.path.abspath(os.path.expanduser(self.data_root))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
