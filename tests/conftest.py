@@ -7,10 +7,22 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 import bdlkit
 from blr_helpers import blr_data, blr_posterior  # noqa: F401 (re-exported)
+
+# The cores are shared out among the xdist workers (``make test`` runs 2 on 2 cores): torch's
+# default of one intra-op thread per core makes each worker spin for the other's core, and
+# on this suite's small tensors that costs several times the work itself (one flow test:
+# 39 s with one thread per worker against 362 s with the default, both workers busy). The
+# processes the tests start inherit the same share through OMP_NUM_THREADS.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if _WORKERS:
+    _SHARE = max(1, (os.cpu_count() or 1) // _WORKERS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_SHARE))
+    torch.set_num_threads(min(_SHARE, int(os.environ["OMP_NUM_THREADS"])))
 
 # The data files live next to the checkout (``../shared/data``); bdlkit itself only looks
 # where it is told (``BDLKIT_DATA``, ``./data``), so the suite tells it, as ``make`` does.
