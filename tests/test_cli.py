@@ -158,7 +158,7 @@ def test_unknown_data_set_lists_valid_names(tmp_path, capsys):
     assert fit(tmp_path / "r", "--data", "digitz") == 2
     err = capsys.readouterr().err
     assert "bdlkit: error:" in err and "'digitz'" in err
-    for name in ("digits", "mnist", "notmnist", "uci/boston"):
+    for name in ("digits", "mnist", "notmnist", "uci/<name> (boston", "bdlkit list"):
         assert name in err
     assert "Traceback" not in err
     assert not (tmp_path / "r").exists()
