@@ -226,3 +226,30 @@ def test_corrupt_real_mnist():
     assert float(unit.min()) >= -1e-5 and float(unit.max()) <= 1 + 1e-5
     clean = ds.x_test * 0.3081 + 0.1307
     assert float(unit.max()) < float(clean.max())  # blurred strokes lose their peaks
+
+
+def test_digits_pixels_a_per_pixel_standardisation_makes_degenerate_keep_their_clean_value():
+    """Issue 43, item 9: digits divides six border pixels by stds down to 0.0018, so a
+    +0.1 brightness put them 57 training stds away and every image in one class. Pixels
+    with a std below 1/30 keep their clean value; every other one moves by at most 3 stds."""
+    from bdlkit.data.corruptions import MIN_PIXEL_STD, frozen_pixels
+
+    ds = load_digits()
+    std = np.asarray(ds.meta["x_std"])
+    frozen = frozen_pixels(ds)
+    assert frozen.tolist() == (std < MIN_PIXEL_STD).tolist() and frozen.sum() == 8
+    out = corrupt_dataset(ds, "brightness", 1)
+    shift = (out.x_test - ds.x_test).abs()
+    assert out.meta["corruption"]["frozen_pixels"] == 8
+    assert float(shift[:, torch.from_numpy(frozen)].max()) == 0.0
+    assert float(shift.max()) <= 0.1 / MIN_PIXEL_STD + 1e-4  # 3 training stds
+    assert float(shift[:, torch.from_numpy(~frozen)].mean()) > 0.05  # the others did move
+
+
+def test_a_standardisation_that_would_freeze_most_pixels_is_refused():
+    ds = _image_dataset(1)
+    ds.meta["normalization"] = {"mean": (0.5,), "std": (0.001,)}
+    with pytest.raises(ValueError, match="say nothing about this data"):
+        corrupt_dataset(ds, "contrast", 1)
+    assert corrupt_dataset(_image_dataset(3), "contrast", 1).meta["corruption"][
+        "frozen_pixels"] == 0  # per-channel normalisations freeze nothing

@@ -70,6 +70,12 @@ def test_corruptions_six_kinds_five_severities(run):
         assert set(corr[name]) == {"1", "2", "3", "4", "5"}
     clean = _metrics(run)["accuracy"]
     assert corr["gaussian_noise"]["5"]["accuracy"] < clean  # the shift hurts
+    # digits' degenerate border pixels keep their clean value (issue 43, item 9): contrast
+    # and brightness no longer put every image in one class at every severity
+    assert _metrics(run)["corruption_frozen_pixels"] == 8
+    for name in ("contrast", "brightness"):
+        mild, severe = corr[name]["1"]["accuracy"], corr[name]["5"]["accuracy"]
+        assert mild > 0.3 and mild > severe, (name, mild, severe)
     assert "Covariate shift" in (run / "report.md").read_text()
 
 

@@ -40,6 +40,22 @@ blur sigma is in pixels at the table's reference size (32 or 28) and is scaled b
 ``min(H, W) / reference`` (exact for 32x32 and 28x28; e.g. 8x8 digits get 8/28 of it);
 the pixelate factor is already relative, the other constants do not depend on size.
 
+Standardised data are corrupted in raw pixel space: un-standardised, corrupted, clipped and
+standardised again (:func:`corrupt_dataset`). A standardisation *per pixel* makes that
+degenerate where a pixel hardly varies in the training images: ``digits`` divides six
+border pixels by stds from 0.0018 to 0.0093, so the mildest brightness (+0.1) moves them by
+11-57 training standard deviations, far outside anything the network saw, and nearly every
+image gets one class at every severity (accuracy near 0.10). A pixel whose std is below
+:data:`MIN_PIXEL_STD` (= :data:`MILD_CHANGE` / :data:`MAX_SHIFT_STDS`: a severity-1 change
+moves it by more than 3 training stds) carries nothing the network learned to read under
+a shift, so it keeps its clean value and the corruption acts on the others (digits: 8 of
+64 pixels, stds up to 0.029; the next is 0.057). Accuracy then falls with severity
+(the 60-step SGLD MLP of the tests: contrast 0.62 -> 0.17, brightness 0.85 -> 0.49) instead of
+sitting at 0.10-0.14 from severity 1. ``meta["corruption"]["frozen_pixels"]`` and the
+evaluation's ``corruption_frozen_pixels`` record how many; data where more than half the
+pixels would be frozen are refused. Per-channel normalisations (MNIST, CIFAR-10) freeze
+nothing.
+
 Differences from the reference code: images stay floating point (the originals round to
 uint8 after every corruption), randomness comes from ``np.random.default_rng(seed)`` for
 the whole batch, and only numpy is needed (no skimage, OpenCV or PIL). Written by hand
@@ -49,6 +65,7 @@ because those libraries are not dependencies of bdlkit and each corruption is a 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +74,8 @@ import torch
 
 from bdlkit.data.dataset import Dataset
 
-__all__ = ["CORRUPTIONS", "SEVERITIES", "corrupt", "corrupt_dataset", "gaussian_kernel"]
+__all__ = ["CORRUPTIONS", "MAX_SHIFT_STDS", "MILD_CHANGE", "MIN_PIXEL_STD", "SEVERITIES", "corrupt", "corrupt_dataset",
+           "frozen_count", "frozen_pixels", "gaussian_kernel"]
 
 #: Each corruption's parameter at severities 1–5.
 SEVERITIES: dict[str, dict[str, tuple[float, ...]]] = {
@@ -79,6 +97,13 @@ SEVERITIES: dict[str, dict[str, tuple[float, ...]]] = {
     },
 }
 _REFERENCE_SIZE = {"cifar10": 32, "mnist": 28}
+#: A severity-1 change of a pixel (brightness +0.1, noise σ 0.08): what a mild shift moves.
+MILD_CHANGE = 0.1
+#: More training standard deviations than this is outside what the network saw.
+MAX_SHIFT_STDS = 3.0
+#: Input values standardised by a std below this (1/30 of the [0, 1] pixel range: a mild
+#: change moves them by more than 3 training stds) keep their clean value (:func:`frozen_pixels`).
+MIN_PIXEL_STD = MILD_CHANGE / MAX_SHIFT_STDS
 _TOLERANCE = 1e-4  # how far outside [0, 1] an input may be (rounding) before it is refused
 
 Corruption = Callable[[np.ndarray, float, np.random.Generator], np.ndarray]
@@ -219,8 +244,10 @@ def corrupt(
     return out[:, 0] if images.ndim == 3 else out
 
 
-def _image_codec(ds: Dataset) -> tuple[Callable[[np.ndarray], np.ndarray], Callable]:
-    """``(to_unit, from_unit)``: test inputs -> ``(n, C, H, W)`` in [0, 1] and back."""
+def _image_codec(ds: Dataset) -> tuple[Callable[[np.ndarray], np.ndarray], Callable,
+                                       np.ndarray | None]:
+    """``(to_unit, from_unit, std)``: test inputs -> ``(n, C, H, W)`` in [0, 1] and back,
+    and the standardisation's std in the inputs' layout (broadcastable; None without one)."""
     x = ds.x_test
     if ds.name == "digits" and x.ndim == 2 and x.shape[1] == 64:
         if "x_mean" not in ds.meta or "x_std" not in ds.meta:
@@ -230,6 +257,7 @@ def _image_codec(ds: Dataset) -> tuple[Callable[[np.ndarray], np.ndarray], Calla
         return (
             lambda a: (a * std + mean).reshape(-1, 1, 8, 8),
             lambda a: (a.reshape(-1, 64) - mean) / std,
+            std,
         )
     if x.ndim != 4 or x.shape[1] not in (1, 3):
         raise ValueError(
@@ -238,10 +266,44 @@ def _image_codec(ds: Dataset) -> tuple[Callable[[np.ndarray], np.ndarray], Calla
         )
     norm = ds.meta.get("normalization")
     if not norm:
-        return (lambda a: a), (lambda a: a)
+        return (lambda a: a), (lambda a: a), None
     mean = np.asarray(norm["mean"], dtype=np.float64).reshape(-1, 1, 1)
     std = np.asarray(norm["std"], dtype=np.float64).reshape(-1, 1, 1)
-    return (lambda a: a * std + mean), (lambda a: (a - mean) / std)
+    return (lambda a: a * std + mean), (lambda a: (a - mean) / std), std
+
+
+def frozen_pixels(ds: Dataset) -> np.ndarray | None:
+    """The input coordinates whose standardisation std is below :data:`MIN_PIXEL_STD`
+    (a mask in the test inputs' layout, broadcastable), which :func:`corrupt_dataset`
+    leaves as they were; None when there is none.
+
+    Raises:
+        ValueError: when more than half of the coordinates are such (corruptions would
+            say nothing about this data), or for data :func:`corrupt_dataset` refuses.
+    """
+    std = _image_codec(ds)[2]
+    if std is None:
+        return None
+    frozen = std < MIN_PIXEL_STD
+    if not frozen.any():
+        return None
+    per_image = math.prod(ds.x_test.shape[1:])
+    count = int(np.broadcast_to(frozen, ds.x_test.shape[1:]).sum())
+    if count > per_image / 2:
+        raise ValueError(
+            f"{ds.name}: {count} of {per_image} input values are standardised by a std below "
+            f"{MIN_PIXEL_STD:g} (min {float(std.min()):.2g}), so any corruption of them moves "
+            "the network's input by hundreds of training standard deviations: corruptions "
+            "say nothing about this data. Use a data set normalised per channel (mnist, "
+            "cifar10)")
+    return frozen
+
+
+def frozen_count(ds: Dataset) -> int:
+    """How many input values per image :func:`corrupt_dataset` leaves uncorrupted
+    (:func:`frozen_pixels`); 0 for data normalised per channel."""
+    frozen = frozen_pixels(ds)
+    return 0 if frozen is None else int(np.broadcast_to(frozen, ds.x_test.shape[1:]).sum())
 
 
 def corrupt_dataset(
@@ -250,23 +312,29 @@ def corrupt_dataset(
     """A copy of an image :class:`Dataset` whose **test** images are corrupted.
 
     The normalisation ``ds.meta["normalization"]`` (``{"mean", "std"}``, scalar or
-    per-channel) is undone, the images corrupted with :func:`corrupt` and normalised again;
-    train and validation parts are untouched. ``digits`` (flattened ``(n, 64)``,
-    standardised per pixel with ``meta["x_mean"]``/``meta["x_std"]``) is un-standardised,
-    reshaped to ``(n, 1, 8, 8)`` and back. ``meta["corruption"]`` records what was done.
+    per-channel) is undone, the images corrupted with :func:`corrupt` in raw pixel space
+    and normalised again; train and validation parts are untouched. ``digits`` (flattened
+    ``(n, 64)``, standardised per pixel with ``meta["x_mean"]``/``meta["x_std"]``) is
+    un-standardised, reshaped to ``(n, 1, 8, 8)`` and back. Input values whose std is below
+    :data:`MIN_PIXEL_STD` keep their clean value (:func:`frozen_pixels`, module docstring).
+    ``meta["corruption"]`` records what was done (``frozen_pixels``: how many per image).
 
     Raises:
-        ValueError: non-image data, an already corrupted data set, or see :func:`corrupt`.
+        ValueError: non-image data, an already corrupted data set, a standardisation that
+            freezes most pixels, or see :func:`corrupt`.
     """
     _check_name_severity(name, severity)
     if "corruption" in ds.meta:
         raise ValueError(f"{ds.name}: already corrupted ({ds.meta['corruption']})")
-    to_unit, from_unit = _image_codec(ds)
+    to_unit, from_unit, _ = _image_codec(ds)
+    frozen = frozen_pixels(ds)
     x = ds.x_test.detach().cpu().numpy().astype(np.float64)
     unit = to_unit(x)
     table = _table_for(unit, table)
-    corrupted = corrupt(unit, name, severity, seed, table=table)
-    x_test = torch.as_tensor(from_unit(corrupted)).to(ds.x_test.device, ds.x_test.dtype)
+    corrupted = from_unit(corrupt(unit, name, severity, seed, table=table))
+    if frozen is not None:
+        corrupted = np.where(frozen, x, corrupted)
+    x_test = torch.as_tensor(corrupted).to(ds.x_test.device, ds.x_test.dtype)
     record: dict[str, Any] = {
         "name": name,
         "severity": int(severity),
@@ -274,6 +342,7 @@ def corrupt_dataset(
         "table": table,
         "constant": SEVERITIES[table][name][severity - 1],
         "split": "test",
+        "frozen_pixels": frozen_count(ds),
         "reference": "Hendrycks & Dietterich (ICLR 2019); MNIST-C (Mu & Gilmer 2019)",
     }
     return dataclasses.replace(ds, x_test=x_test, meta={**ds.meta, "corruption": record})

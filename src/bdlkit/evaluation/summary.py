@@ -7,7 +7,9 @@ split → metrics (:mod:`bdlkit.metrics`), and optionally
   mutual-information AUROC/AUPR, ``docs/metrics.md``);
 * agreement and total variation against reference (HMC) probabilities;
 * covariate shift: six corruptions at five severities (:mod:`bdlkit.data.corruptions`),
-  all cells predicted in one pass over the draws (:mod:`bdlkit.evaluation.shift`);
+  all cells predicted in one pass over the draws (:mod:`bdlkit.evaluation.shift`), applied
+  in raw pixel space; ``corruption_frozen_pixels`` counts the input values per image that a
+  per-pixel standardisation makes degenerate and that keep their clean value;
 * run health (:mod:`bdlkit.evaluation.health`): the failed checks, each with its fix;
 * sampling diagnostics of a sampler run
   (:func:`~bdlkit.evaluation.sampling.sampler_diagnostics`): single-chain ESS
@@ -32,6 +34,7 @@ from torch import Tensor
 from bdlkit import metrics
 from bdlkit.evaluation.forecast import forecast_mixture, forecast_values
 from bdlkit.evaluation.health import run_health, run_notes, target_scale
+from bdlkit.evaluation.held_out import held_out
 from bdlkit.evaluation.plan import (
     Progress,
     counted,
@@ -93,6 +96,8 @@ def evaluate(
     """Metrics of ``result`` on ``ds``'s test split (see the module docstring).
 
     Args:
+        ds: what to score: a :class:`~bdlkit.data.Dataset` (its test split), an ``(x, y)``
+            pair or a DataLoader of ``(x, y)`` batches (:mod:`bdlkit.evaluation.held_out`).
         num_samples: draws of a VI approximation to average over.
         ood: a data set whose test (or, if empty, train) inputs are OOD.
         reference: reference probabilities ``(n_test, K)`` aligned with the test split.
@@ -113,16 +118,22 @@ def evaluate(
     Returns:
         an :class:`Evaluation`; its ``health`` lists the failed run-health checks.
     """
-    ds = first_test_rows(ds, max_test)
+    task = getattr(getattr(result.problem, "likelihood", None), "task", None)
+    ds = first_test_rows(held_out(ds, task), max_test)
     ood = None if ood is None else first_test_rows(ood, max_test)
     if reference is not None and max_test is not None:
         reference = reference[:max_test]
     y = ds.y_test
     values: dict[str, Any] = {}
     ood_bma: ClassificationBMA | None = None
-    classes = getattr(getattr(result.problem, "likelihood", None), "task", "") == "classification"
+    classes = task == "classification"
     if not classes and (ood is not None or reference is not None or corruptions):
         raise ValueError("--ood, --reference and --corruptions need a classification run")
+    frozen = 0
+    if corruptions:  # refuses data it would make degenerate before any work
+        from bdlkit.data.corruptions import frozen_count
+
+        frozen = frozen_count(ds)
     draws = {"num_samples": num_samples, "max_draws": max_draws}
     plan = plan_evaluation(result, ds, **draws, ood=ood, corruptions=corruptions,
                            diagnostics=diagnostics, probe_size=probe_size)
@@ -147,6 +158,8 @@ def evaluate(
             values.update(_reference(test.probs, reference))
         if corruptions:
             values["corruptions"] = corruption_metrics(result, ds, **draws, progress=update)
+            if frozen:  # pixels the standardisation made degenerate keep their clean value
+                values["corruption_frozen_pixels"] = frozen
     elif isinstance(test, RegressionBMA):
         values.update(metrics.regression_metrics(test.predictive, y, target_scale(ds),
                                                  test.log_density, test.cdf))
