@@ -311,7 +311,8 @@ def make_likelihood(spec: str | Likelihood,
     try:
         name = likelihood_name(spec)
     except ValueError as err:
-        raise ValueError(f"likelihood {err}; or pass a Likelihood instance") from None
+        raise ValueError(f"unknown likelihood {spec!r} ({err}); or pass a Likelihood "
+                         "instance") from None
     if name == "categorical":
         return Categorical()
     if name == "bernoulli":
