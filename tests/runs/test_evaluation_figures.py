@@ -142,7 +142,8 @@ def _report_plots(run_dir) -> list[str]:
             if line.startswith("![")]
 
 
-def test_classification_report_links_ood_and_corruption_plots_and_drops_stale_ones(tmp_path):
+def test_classification_report_links_ood_and_corruption_plots_and_keeps_them_on_reevaluation(
+        tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "sgld"
     assert main(["fit", "--method", "sgld", "--data", "digits", "--out", str(out), *QUICK]) == 0
@@ -161,9 +162,20 @@ def test_classification_report_links_ood_and_corruption_plots_and_drops_stale_on
     result, cfg, ds = load_run(out)
     head = evaluate(result, ds, max_test=30, ood=ds, diagnostics=False)  # first 30 rows
     assert {"reliability.png", "ood.png"} <= set(report.write(out, cfg, result, head, ds))
-    assert main(["evaluate", str(out)]) == 0  # no --ood or --corruptions this time
-    assert not set(_report_plots(out)) & {"ood.png", "corruptions.png"}
-    assert not (out / "ood.png").exists() and not (out / "corruptions.png").exists()
+    # no --ood or --corruptions this time: their metrics and figures are kept, and say so
+    assert main(["evaluate", str(out)]) == 0
+    kept = json.loads((out / "metrics.json").read_text())
+    assert {k: kept[k] for k in values if k.startswith("ood_") or k == "corruptions"} == {
+        k: values[k] for k in values if k.startswith("ood_") or k == "corruptions"}
+    assert set(kept["kept_from_earlier"]) == {"ood", "corruptions"}
+    assert kept["kept_from_earlier"]["ood"] == {"num_draws": values["num_draws"],
+                                                "num_test": values["num_test"]}
+    assert {"ood.png", "corruptions.png"} <= set(_report_plots(out))
+    assert _png(out / "ood.png") and _png(out / "corruptions.png")
+    assert "kept from an earlier evaluation" in (out / "report.md").read_text()
+    assert main(["evaluate", str(out), "--corruptions", "--max-test", "40"]) == 0  # recomputed
+    again = json.loads((out / "metrics.json").read_text())
+    assert set(again["kept_from_earlier"]) == {"ood"} and again["num_test"] == 40
 
 
 def test_regression_report_links_intervals_drawn_from_the_evaluations_mixture(tmp_path):

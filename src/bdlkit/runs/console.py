@@ -141,6 +141,10 @@ def summary_lines(values: dict[str, Any]) -> list[str]:
                      f"({values.get('reference_rows', '?'):,} rows)")
     if isinstance(values.get("corruptions"), dict):
         lines += _corruption_lines(values["corruptions"])
+    from bdlkit.runs.kept_metrics import describe
+
+    if kept := describe(values):
+        lines.append(f"  note      {kept}")
     lines += health_lines(values.get("health")) + note_lines(values.get("health_notes"))
     return lines
 

@@ -55,7 +55,7 @@ from bdlkit.problems import BayesianModel
 from bdlkit.problems.likelihoods import Bernoulli, Gaussian, cat_predictives
 from bdlkit.problems.priors import IsotropicGaussian
 from bdlkit.problems.select import parameter_selection, select_parameters
-from bdlkit.runs import likelihood_choice
+from bdlkit.runs import kept_metrics, likelihood_choice
 from bdlkit.runs import report as run_report
 from bdlkit.runs.config import RunConfig, method_options, resolved_hyper
 from bdlkit.runs.yaml_files import load_yaml, save_yaml
@@ -476,6 +476,7 @@ def evaluate_result(result: Result, cfg: RunConfig, ds: Any, run_dir: Path, *,
     ev = evaluation.evaluate(result, ds, num_samples=num_draws or cfg.eval_samples,
                              max_draws=num_draws, ood=ood_ds, reference=ref,
                              corruptions=corruptions, max_test=max_test, progress=progress)
+    ev = kept_metrics.reevaluated(run_dir, ev, result, ds)  # keeps --ood etc. not asked again
     save_json(run_dir / "metrics.json", ev.metrics)
     run_report.write(run_dir, cfg, result, ev, ds)
     return ev.metrics

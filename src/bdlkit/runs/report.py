@@ -10,8 +10,9 @@ layer, for a forecaster the forecast with its 50/90 % bands, and the evaluation 
 :mod:`bdlkit.runs.evaluation_figures`: regression intervals and coverage, OOD entropy and
 ROC, accuracy/ECE against corruption severity). Plots need matplotlib (the ``plots``
 extra); without it they are skipped and the report says so. A plot of ``PLOTS`` that this
-evaluation did not draw (e.g. ``ood.png`` of an earlier ``--ood`` evaluation) is removed,
-so the folder never shows numbers the report does not.
+evaluation did not draw is removed, so the folder never shows numbers the report does not;
+``ood.png`` of an earlier ``--ood`` evaluation stays while its metrics are kept
+(:mod:`bdlkit.runs.kept_metrics`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bdlkit.engine.result import Result
 from bdlkit.evaluation import SEVERITIES, Evaluation
 from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA
 from bdlkit.metrics.forecasting import GaussianMixture
-from bdlkit.runs import evaluation_figures
+from bdlkit.runs import evaluation_figures, kept_metrics
 from bdlkit.runs import figures as report
 from bdlkit.runs.forecast_figure import forecast_plot
 
@@ -39,19 +40,20 @@ PLOTS = ("reliability.png", "history.png", "rhat_layers.png", "ess_layers.png", 
 def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> list[str]:
     """Write the plots and ``report.md``; return the plot file names."""
     plots = _plots(run_dir, cfg, result, ev, ds)
+    values = ev.metrics
+    plots += sorted(f for f in kept_metrics.kept_figures(values) - set(plots)
+                    if (run_dir / f).is_file())  # e.g. ood.png of an earlier --ood
     for stale in set(PLOTS) - set(plots):
         (run_dir / stale).unlink(missing_ok=True)
-    values = ev.metrics
     scalars = [{"metric": k, "value": v} for k, v in values.items()
                if not isinstance(v, dict)]
     wall = result.config.get("wall_time_s")
-    last = result.history[-1] if result.history else {}
     summary = [
         {"item": "method", "value": f"{cfg.method} ({result.kind})"},
         {"item": "model / data", "value": f"{cfg.model} / {cfg.data}"},
         {"item": "steps", "value": result.config.get("steps")},
         {"item": "draws averaged", "value": values.get("num_draws")},
-        {"item": "final log density (minibatch)", "value": last.get("log_prob", "n/a")},
+        final_log_density(result),
         {"item": "training wall time (s)", "value": f"{wall:.1f}" if wall else "n/a"},
     ]
     text = [
@@ -61,6 +63,7 @@ def write(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> l
         "(burn-in, thinning and checkpoint cadence are pinned there: drop them to change "
         "the number of steps)\n",
         "## Test metrics\n", report.markdown_table(scalars), "",
+        *([f"Note: {kept}.", ""] if (kept := kept_metrics.describe(values)) else []),
         "## Run health\n", _health(values.get("health") or {},
                                    values.get("health_notes") or {}), "",
     ]
@@ -95,8 +98,8 @@ def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> 
         made.append(_name(forecast_plot(
             ds.x_test, ds.y_test, ev.test, run_dir / "forecast.png",
             columns=(ds.meta or {}).get("columns"), title=title)))
-    keys = ["log_prob"] + sorted({k for e in result.history for k in e if k.startswith("eval/")})
-    made.append(_name(report.history_plot(result.history, run_dir / "history.png", keys)))
+    made.append(_name(report.history_plot(result.history, run_dir / "history.png",
+                                          history_keys(result))))
     diag = ev.diagnostics or {}
     if "_layers" in diag:
         made.append(_name(report.rhat_layer_plot(diag["_layers"], run_dir / "rhat_layers.png",
@@ -107,6 +110,29 @@ def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> 
         made.append(_name(report.trace_plot(diag["_probe_trace"], run_dir / "trace.png",
                                             names=diag.get("_probe_names"))))
     return [m for m in made if m]
+
+
+def final_log_density(result: Result) -> dict[str, Any]:
+    """The run summary's row of the last logged (minibatch) log density, on one scale for
+    every method: an ensemble logs the sum over its M members, so its row is that sum / M,
+    and says so."""
+    last = result.history[-1].get("log_prob") if result.history else None
+    if not isinstance(last, (int, float)):
+        return {"item": "final log density (minibatch)", "value": "n/a"}
+    if result.kind == "ensemble" and result.num_kept > 1:
+        members = result.num_kept
+        return {"item": f"final log density (minibatch, mean over the {members} members; "
+                        "log.jsonl's log_prob is their sum)", "value": last / members}
+    return {"item": "final log density (minibatch)", "value": last}
+
+
+def history_keys(result: Result) -> list[str]:
+    """The panels of ``history.png``: the method's objective first (a VI method's ``elbo``,
+    rising as q improves even while the log density at its draws falls; Fisher VI's
+    ``loss``), then the log density and the held-out evaluations."""
+    objective = result.algorithm.objective if result.algorithm is not None else "log_prob"
+    evals = sorted({k for e in result.history for k in e if k.startswith("eval/")})
+    return list(dict.fromkeys([objective, "log_prob", *evals]))
 
 
 def _evaluation_plots(run_dir: Path, title: str, result: Result, ev: Evaluation,
@@ -154,6 +180,10 @@ def _corruption_table(values: dict[str, Any]) -> str:
     mean = values["corruptions"]["mean"]
     note = (f"\nMean over corruptions and severities: accuracy {mean['accuracy']:.4f}, "
             f"NLL {mean['nll']:.4f}, ECE {mean['ece']:.4f}.")
+    if frozen := values.get("corruption_frozen_pixels"):
+        note += (f" Corrupted in raw pixel space; {frozen} input values per image, whose "
+                 "standardisation std is below 1/30 of the pixel range, kept their clean "
+                 "value (bdlkit.data.corruptions.frozen_pixels).")
     return report.markdown_table(rows) + note
 
 
