@@ -68,7 +68,7 @@ def assert_recovers_full_gaussian(alg, state, info, mean, cov, tol=1e-6):
     assert torch.equal(alg.params(state), q.mean)
     assert q.sample(7, torch.Generator().manual_seed(0)).shape == (7, len(mean))
     assert state.lam.mean.dtype == F64
-    assert set(info) == {"log_prob", "accepted", "rejected"}
+    assert set(info) == {"log_prob", "elbo", "accepted", "rejected"}
 
 
 def crash_then_resume(module, make_runner, tmp_path, monkeypatch, at: int = 17):

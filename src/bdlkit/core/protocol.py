@@ -97,6 +97,7 @@ class Algorithm(Protocol):
     chooses_draws: bool  # keep(t) decides which draws are kept (no default burn-in/thin)
     collects_draws: bool  # its draws are the chain's states, kept in a sample store
     step_size_param: str  # the option named by the runner's NaN message
+    objective: str  # the Info key of what it optimises, plotted first in history.png
     data_parallel: bool  # scores only through problem.value_and_score (what is all-reduced)
     flat_storage: bool  # steps on packed flat buffers through flat_twin(layout) (storage.py)
     is_finite: Any  # (state) -> bool: the runner's NaN check at checkpoints
@@ -163,6 +164,9 @@ class AlgorithmBase:
     chooses_draws: ClassVar[bool] = False
     collects_draws: ClassVar[bool] = False
     step_size_param: ClassVar[str] = "lr"
+    #: the Info key of the quantity the method optimises (a sampler's or an optimiser's log
+    #: density; a VI method's ELBO or its own divergence): what history.png plots first
+    objective: ClassVar[str] = LOG_PROB
     data_parallel: ClassVar[bool] = True
     VERSION: ClassVar[int | str] = 1
 
@@ -236,6 +240,8 @@ class Variational(AlgorithmBase):
     """A VI method: its draws are fresh draws of ``approximation(state)``."""
 
     kind: ClassVar[str] = "vi"
+    #: each step logs ``elbo``, the estimate E_q[log p] + H[q] at the q its draws came from
+    objective: ClassVar[str] = "elbo"
     #: the options that make q₀ the Laplace approximation when bdlkit.infer starts VI on a
     #: Target's standardised coordinates (unit curvature there), unless the user sets them
     laplace_start: ClassVar[dict[str, Any]] = {"init_std": 1.0}

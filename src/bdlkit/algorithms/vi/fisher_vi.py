@@ -115,6 +115,7 @@ class FisherVI(Annealing, vi.DiagGaussianVI):
     init_std: float = 1e-3
     name: str = "fisher_vi"
     data_parallel: ClassVar[bool] = False  # differentiates problem.log_posterior itself
+    objective: ClassVar[str] = "loss"  # the Fisher divergence it minimises
     _opt: Any = field(init=False, repr=False, compare=False)
     _log_density: LogDensity = field(init=False, repr=False, compare=False)
 

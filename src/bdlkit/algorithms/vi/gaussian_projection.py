@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.algorithms.options import choices_of
+from bdlkit.algorithms.vi.common import entropy as diag_entropy
 from bdlkit.algorithms.vi.common import minibatch_scores
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem, Variational
@@ -127,8 +128,10 @@ def accept_or_reject(state: ProjectionState, new_lam: Any | None, generator: tor
         rejected=state.rejected + (0 if ok else 1),
         streak=0 if ok else state.streak + 1,
     )
-    return new, {"log_prob": value, "accepted": 1.0 if ok else 0.0,
-                 "rejected": new.rejected}
+    entropy = (full_gaussian.entropy(state.lam) if isinstance(state.lam, FullGaussianParams)
+               else diag_entropy(state.lam))
+    return new, {"log_prob": value, "elbo": value + entropy,  # of q_t, whose draws these are
+                 "accepted": 1.0 if ok else 0.0, "rejected": new.rejected}
 
 
 def leafwise(fn: Callable[..., tuple[Tensor, Tensor]], tree: TensorTree,

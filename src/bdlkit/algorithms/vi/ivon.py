@@ -39,7 +39,7 @@ from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.storage import FlatStorage
-from bdlkit.algorithms.vi.common import DiagGaussianVI, minibatch_scores
+from bdlkit.algorithms.vi.common import DiagGaussianVI, entropy, minibatch_scores
 from bdlkit.algorithms.vi.prior_split import likelihood_scores, prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
 from bdlkit.core import rng
@@ -196,10 +196,12 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
                                               decay), 3)
         new = IVONState(mean=mean, hess=hess, momentum=momentum,
                         rng_state=rng.state_of(gen), step=t, average=state.average)
+        # the draws came from q_t: value + H(q_t) estimates its ELBO (the objective plotted)
+        info = {"log_prob": value, "elbo": value + entropy(self.lam(state)), "lr": lr}
         if state.average is None:  # this run does not average (a network's default)
-            return new, {"log_prob": value, "lr": lr}
+            return new, info
         average = self.averaged(state.average, self.lam(new), t)
-        return dataclasses.replace(new, average=average), {"log_prob": value, "lr": lr}
+        return dataclasses.replace(new, average=average), info
 
 def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
     """Split the result of ``tree_map`` with a function returning ``n``-tuples into ``n``

@@ -50,7 +50,13 @@ from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
-from bdlkit.algorithms.vi.common import DiagGaussianVI, initial_lam, make_opt, minibatch_scores
+from bdlkit.algorithms.vi.common import (
+    DiagGaussianVI,
+    entropy,
+    initial_lam,
+    make_opt,
+    minibatch_scores,
+)
 from bdlkit.algorithms.vi.flow_vi import FlowOptions
 from bdlkit.algorithms.vi.prior_split import prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
@@ -293,7 +299,9 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         gen = rng.from_state(state.rng_state, device=device_of(anchor.mu))
         thetas = self.anchor_draws(anchor, gen)  # (S, ...) from q_t, no grad
         value, scores = minibatch_scores(self.problem, thetas, batch)
-        info: dict[str, Any] = {"log_prob": value, "alpha": alpha}
+        # the draws came from the anchor q_t: value + H(q_t) estimates its ELBO (plotted)
+        info: dict[str, Any] = {"log_prob": value, "elbo": value + entropy(anchor),
+                                "alpha": alpha}
         guarded = isinstance(self.problem, Target)  # the divergence guard: Targets only
         if self.solver == "closed_form" and guarded and not all_finite((value, scores)):
             # draws from an overshooting q: back off instead of passing NaN on (guard)
