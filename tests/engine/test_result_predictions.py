@@ -120,7 +120,9 @@ def test_to_arviz_of_a_four_chain_target_run_gives_bdlkits_rhat():
     idata = res.to_arviz()
     theta = idata.posterior["theta"]
     assert theta.dims[:2] == ("chain", "draw") and theta.shape == (4, 200, 3)
-    ours = rhat_vehtari21(res.samples.transpose(0, 1))  # (chains, draws, d)
+    ours = rhat_vehtari21(res)  # the Result itself: (chains, draws, d) inside
+    assert torch.equal(ours, rhat_vehtari21(res.chains_first()))
+    assert torch.equal(res.chains_first(), res.samples.transpose(0, 1))
     theirs = torch.from_numpy(az.rhat(idata)["theta"].values)
     assert torch.allclose(ours, theirs, rtol=0, atol=1e-6)
     lp = torch.from_numpy(idata.sample_stats["lp"].values)
@@ -191,3 +193,75 @@ def test_to_arviz_of_an_ensemble_holds_its_members_as_draws():
     assert idata.posterior["0.bias"].shape == (1, 3, 8)
     probs = torch.from_numpy(idata.posterior_predictive["probs"].values[0]).float()
     assert torch.allclose(probs.mean(0), res.predict(x), atol=1e-6)
+
+
+def test_diagnostics_take_a_result_and_refuse_its_draws_first_samples():
+    """Result.samples is (draws, chains, d), the diagnostics (chains, draws, d): passing
+    the samples unchanged is refused with the fix, the Result itself is accepted."""
+    from bdlkit.diagnostics import ess_bulk_vehtari21, ess_tfp_single_chain, rhat_vehtari21
+
+    t = bdlkit.Target(lambda th: -0.5 * (th ** 2).sum(-1), dim=2)
+    res = bdlkit.infer(t, "sgld", chains=3, steps=40, seed=0)
+    assert res.samples.shape == (20, 3, 2)
+    with pytest.raises(ValueError, match=r"20 chains of 3 draws.*Pass the Result itself"):
+        rhat_vehtari21(res.samples)
+    assert rhat_vehtari21(res).shape == (2,)
+    assert torch.equal(ess_bulk_vehtari21(res), ess_bulk_vehtari21(res.chains_first()))
+    with pytest.raises(ValueError, match="takes one chain, this result has 3"):
+        ess_tfp_single_chain(res)
+    one = bdlkit.infer(t, "sgld", chains=1, steps=40, seed=0)
+    assert one.chains_first().shape == (1, 20, 2)
+    assert torch.equal(ess_tfp_single_chain(one), ess_tfp_single_chain(one.samples[:, 0]))
+    net = bdlkit.infer(classifier(), "sgld", data=(torch.randn(40, 4),
+                                                   torch.randint(0, 3, (40,))),
+                       steps=8, batch_size=10, seed=0)
+    name = next(iter(net.samples))
+    assert net.chains_first(name).shape == (1, *net.samples[name].shape)
+    with pytest.raises(ValueError, match="named tensors.*chains_first\\(name\\)"):
+        rhat_vehtari21(net)
+    vi = bdlkit.infer(t, "advi", steps=5, seed=0)
+    with pytest.raises(ValueError, match="only a sampler's kept draws"):
+        vi.chains_first()
+
+
+def test_predictives_share_one_vocabulary_mean_var_std():
+    """The BMA gave .var and the per-draw samples .std; both now give both."""
+    res = regression_result()[0]
+    x = torch.randn(5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    pred, samples = res.predict(x, return_samples=True)
+    torch.testing.assert_close(pred.std, pred.var.sqrt())
+    torch.testing.assert_close(samples.var, samples.std ** 2)
+    bma = res.predictive(x)
+    torch.testing.assert_close(bma.std, bma.var.sqrt())
+
+
+def _noise_draws(dtype):
+    model = bdlkit.BayesianModel(nn.Linear(2, 1).to(dtype),
+                                 bdlkit.problems.Gaussian(learn_noise=True), num_data=10)
+    draws = {"weight": torch.zeros(2, 1, 2, dtype=dtype), "bias": torch.zeros(2, 1, dtype=dtype),
+             "likelihood.log_noise": torch.tensor([0.0, 60.0], dtype=dtype)}  # σ = e^60
+    res = bdlkit.Result(model, None, None, draws, [], {"method": "sgld"}, kind="sampler")
+    return res, torch.ones(3, 2, dtype=dtype)
+
+
+def test_a_sampled_noise_sigma_that_overflows_float32_is_an_error_not_a_silent_nan():
+    from bdlkit.core.errors import NonFiniteError
+
+    res, x = _noise_draws(torch.float32)
+    with pytest.raises(NonFiniteError, match=r"draw 2.*overflowed.*log σ above 44.*float64"):
+        res.predict(x)
+    with pytest.raises(NonFiniteError, match="overflowed"):
+        res.intervals(x)
+    res, x = _noise_draws(torch.float64)  # the fix the message names: the same draws in float64
+    var = res.predict(x).var
+    assert torch.isfinite(var).all() and float(var[0]) == pytest.approx(math.exp(120) / 2,
+                                                                       rel=1e-6)
+
+
+def test_a_forecast_mixture_speaks_the_same_vocabulary():
+    from bdlkit.metrics.forecasting import GaussianMixture
+
+    g = torch.Generator().manual_seed(0)
+    mixture = GaussianMixture(torch.randn(3, 4, generator=g, dtype=torch.float64),
+                              torch.rand(3, 4, generator=g, dtype=torch.float64) + 0.5)
+    torch.testing.assert_close(mixture.std, mixture.var.sqrt())

@@ -20,6 +20,7 @@ import functools
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor
 
 __all__ = [
     "DEFAULT_CHUNK_VALUES",
+    "ChainDraws",
     "apply_chunked",
     "as_float_tensor",
     "autocov",
@@ -61,13 +63,40 @@ def as_float_tensor(x: object, name: str = "x") -> Tensor:
     return t
 
 
+@runtime_checkable
+class ChainDraws(Protocol):
+    """What holds chains of draws and gives them in the diagnostics' layout, e.g. a
+    :class:`bdlkit.Result` of a sampler (``Result.chains_first()``); every function here
+    takes one in place of a tensor."""
+
+    def chains_first(self) -> Tensor: ...
+
+
 def check_samples(
     x: object, name: str, *, min_chains: int = 1, min_draws: int = 1, leading: int = 2
 ) -> Tensor:
     """Validate ``x`` of shape ``(chains, draws, *coords)`` (``leading = 2``) or
-    ``(draws, *coords)`` (``leading = 1``) and return it as a real tensor."""
-    t = as_float_tensor(x)
+    ``(draws, *coords)`` (``leading = 1``) and return it as a real tensor. ``x`` may also be
+    a :class:`ChainDraws` (a sampler's Result). A tensor with more chains than draws per
+    chain is refused as ambiguous: it is most often ``(draws, chains, ...)``, the layout of
+    ``Result.samples`` (ArviZ warns about the same shapes)."""
     layout = "(chains, draws, *coords)" if leading == 2 else "(draws, *coords)"
+    if isinstance(x, ChainDraws):
+        t = as_float_tensor(x.chains_first())
+        if leading == 1:
+            if t.shape[0] != 1:
+                raise ValueError(f"{name} takes one chain, this result has {t.shape[0]}: "
+                                 "pass result.chains_first()[c] for chain c")
+            t = t[0]
+    else:
+        t = as_float_tensor(x)
+        if leading == 2 and t.ndim >= 2 and t.shape[0] > t.shape[1]:
+            raise ValueError(
+                f"{name}: x of shape {tuple(t.shape)} reads as {t.shape[0]} chains of "
+                f"{t.shape[1]} draws each, more chains than draws: is it (draws, chains, "
+                "...)? bdlkit.Result.samples is (draws, chains, d), or (draws, d) for one "
+                "chain. Pass the Result itself, result.chains_first(), or x.transpose(0, 1) "
+                f"(the layout here is {layout})")
     if t.ndim < leading:
         raise ValueError(f"{name}: x must have shape {layout}, got {tuple(t.shape)}")
     if leading == 2 and t.shape[0] < min_chains:

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from bdlkit.core import rng
 from bdlkit.core.draws import ApproximationDraws, Draws, KeptDraws, NoDraws
+from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.protocol import Algorithm, Problem
 from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree, index, num_draws
@@ -122,6 +123,34 @@ class Result:
         if self.algorithm is None or self.state is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         return self.algorithm.params(self.state)
+
+    def chains_first(self, name: str | None = None) -> Tensor:
+        """A sampler's kept draws as ``(chains, draws, *coords)``: the layout of
+        :mod:`bdlkit.diagnostics`, whose functions also take the Result itself
+        (``rhat_vehtari21(result)``). ``samples`` is ``(draws, chains, d)`` for a Target run
+        with several chains (``(draws, d)`` for one); a network's draws are named tensors
+        ``(draws, ...)`` of one chain: ``name`` picks one (``(1, draws, ...)``).
+
+        Raises:
+            ValueError: for a result that is not a sampler's, holds no draws, or a network
+                result without a valid ``name``.
+        """
+        if self.kind != "sampler":
+            raise ValueError(f"only a sampler's kept draws form chains; this is a {self.kind} "
+                             "result: draw from it with result.sample(n)")
+        samples = self.samples
+        if samples is None:
+            raise ValueError("this result holds no kept draws (none were kept, or it was "
+                             "loaded without them)")
+        if isinstance(samples, dict):
+            if name not in samples:
+                names = ", ".join(list(samples)[:6])
+                raise ValueError(f"a network's draws are named tensors ({names}, ...): pick one "
+                                 f"with result.chains_first(name), got {name!r}")
+            return samples[name][None]
+        if name is not None:
+            raise ValueError("a Target's draws are one tensor; call chains_first() without name")
+        return samples[:, None] if samples.ndim == 2 else samples.transpose(0, 1)
 
     def sigma_summary(self) -> list[dict[str, float | str | int]] | None:
         """Per-tensor 10/50/90 % quantiles of a diagonal-Gaussian VI result's σ, then a row
@@ -225,6 +254,11 @@ class Result:
             pred = (out.probs[:, 1] if bernoulli else out.probs).to(dtype)  # p(y = 1) for Bernoulli
         else:
             pred = GaussianPredictive(out.mean.to(dtype), out.var.to(dtype))
+            if not bool(torch.isfinite(pred.var).all()):  # each draw's was finite (bma)
+                raise NonFiniteError(
+                    f"the predictive variance (up to {float(out.var.max()):.3g}) does not fit "
+                    f"{dtype}: predict in float64 (x.double()), or use a smaller lr or a "
+                    "fixed noise σ so that the sampled σ stay moderate")
         return pred if samples is None else (pred, samples)
 
     def _with_samples(self, x: Tensor, num_samples: int, chunk_size: int,

@@ -34,12 +34,18 @@ class PredictiveSamples:
 
     Classification: ``probs`` ``(S, n, K)`` (a Bernoulli likelihood: ``(S, n)``, p(y = 1)),
     ``mean``/``std`` ``None``. Regression: ``mean`` and ``std`` ``(S, n, ...)`` of the
-    per-draw Gaussians N(μ_s, σ_s²), ``probs`` ``None``.
+    per-draw Gaussians N(μ_s, σ_s²), ``probs`` ``None``; ``var`` is ``std²``, so per-draw
+    samples and the BMA (``mean``, ``var``, ``std``) share one vocabulary.
     """
 
     probs: Tensor | None = None
     mean: Tensor | None = None
     std: Tensor | None = None
+
+    @property
+    def var(self) -> Tensor | None:
+        """``std²``: each draw's predictive variance σ_s² (``None`` for classification)."""
+        return None if self.std is None else self.std.square()
 
     @property
     def num_samples(self) -> int:

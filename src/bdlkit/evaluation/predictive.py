@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.protocol import Problem
 from bdlkit.core.tree import tree_map
 from bdlkit.metrics.classification import entropy_from_log_probs
@@ -69,6 +70,11 @@ class RegressionBMA:
     num_samples: int
     log_density: Tensor | None = None  # (n,): log (1/S) Σ_s N(y; μ_s, σ_s²)
     cdf: Tensor | None = None  #: like y — the mixture CDF at y, (1/S) Σ_s Φ((y − μ_s)/σ_s)
+
+    @property
+    def std(self) -> Tensor:
+        """``sqrt(var)``: the mixture's standard deviation."""
+        return self.var.sqrt()
 
     @property
     def predictive(self) -> GaussianPredictive:
@@ -175,6 +181,24 @@ class _ClassAccumulator:
         )
 
 
+def check_finite(mean: Tensor, var: Tensor, draw: int, dtype: torch.dtype) -> None:
+    """Refuse a draw whose predictive mean or variance is NaN or infinite (``draw``: its
+    1-based number; ``dtype``: the one the variance was computed in) instead of averaging
+    it into a NaN BMA variance (inf − inf in the running mean)."""
+    if bool(torch.isfinite(mean).all()) and bool(torch.isfinite(var).all()):
+        return
+    what = "variance" if bool(torch.isfinite(mean).all()) else "mean"
+    big = torch.finfo(dtype).max if dtype.is_floating_point else float("inf")
+    raise NonFiniteError(
+        f"draw {draw}: its predictive {what} is NaN or infinite, so the BMA would be NaN. "
+        + (f"A sampled noise σ overflowed: σ² exceeds the largest {dtype} ({big:.3g}), i.e. "
+           f"log σ above {0.5 * math.log(big):.0f} (a learned σ = exp(log σ) moves like any "
+           "weight). " if what == "variance" else "The network diverged at this draw. ")
+        + "Fix: a smaller lr, or fix σ (likelihood 'gaussian:0.1', --likelihood "
+          "gaussian:0.1); to keep these draws, predict in float64 (model.double(), "
+          "x.double())")
+
+
 class _GaussianAccumulator:
     def __init__(self, targets: Tensor | None) -> None:
         self.targets = targets
@@ -185,6 +209,7 @@ class _GaussianAccumulator:
         if not isinstance(pred, GaussianPredictive):
             raise TypeError("regression BMA needs GaussianPredictive draws")
         mean, var = pred.mean.double(), pred.var.double()
+        check_finite(mean, var, self.count + 1, pred.var.dtype)
         self.count += 1
         if self.mean is None:
             self.mean, self.m2, self.noise = mean.clone(), torch.zeros_like(mean), var.clone()

@@ -153,6 +153,11 @@ class GaussianMixture:
         """``(1/S) Σ_s scale_s² + (1/S) Σ_s (loc_s − mean)²`` (law of total variance)."""
         return self._map(lambda m, s, b: (s * s).mean(0) + m.var(0, correction=0))
 
+    @property
+    def std(self) -> Tensor:
+        """``sqrt(var)``: the mixture's standard deviation."""
+        return self.var.sqrt()
+
     def log_prob(self, y: Tensor) -> Tensor:
         """``log p(y) = logsumexp_s log N(y; loc_s, scale_s²) − log S`` elementwise.
 

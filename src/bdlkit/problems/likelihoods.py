@@ -25,10 +25,15 @@ PREFIX = "likelihood."
 
 
 class GaussianPredictive(NamedTuple):
-    """Predictive mean and variance (aleatoric + epistemic after BMA)."""
+    """Predictive mean and variance (aleatoric + epistemic after BMA); ``std`` is the square
+    root of ``var`` (the names every Gaussian predictive in bdlkit shares)."""
 
     mean: Tensor
     var: Tensor
+
+    @property
+    def std(self) -> Tensor:
+        return self.var.sqrt()
 
 
 def cat_predictives(preds: list) -> Tensor | GaussianPredictive:
