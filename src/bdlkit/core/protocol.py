@@ -176,7 +176,7 @@ class AlgorithmBase:
 
     @property
     def flat_storage(self) -> bool:
-        """Whether the state steps on flat storage: one contiguous buffer per state field,
+        """Whether the state steps on flat storage, one contiguous buffer per state field
         stepped by ``flat_twin(layout)`` (:class:`bdlkit.algorithms.storage.FlatStorage`
         declares it for the element-wise methods)."""
         return False
