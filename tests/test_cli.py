@@ -125,6 +125,18 @@ def test_resume_of_finished_run_gives_identical_metrics(finished_run, run_copy, 
                      f"evaluating it again (as `bdlkit evaluate {run_copy}` does)"]
 
 
+def test_compare_puts_fitted_runs_side_by_side(finished_run, run_copy, capsys):
+    values = json.loads((run_copy / "metrics.json").read_text())
+    assert main(["compare", str(finished_run[0]), str(run_copy)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    row = dict(zip(header, (c.strip() for c in lines[3].strip("|").split("|"))))
+    assert (row["run"], row["method"], row["data"], row["model"]) == (
+        str(run_copy), "sgld", "digits", "mlp")
+    assert row["draws"] == str(values["num_draws"])
+    assert row["accuracy"] == f"{values['accuracy']:.4f}" and row["OOD AUROC"] == "-"
+
+
 def test_evaluate_rewrites_identical_metrics(finished_run, run_copy, capsys):
     before = (finished_run[0] / "metrics.json").read_bytes()
     (run_copy / "metrics.json").write_text("{}")

@@ -35,7 +35,7 @@ def test_every_method_has_a_fit_help_without_option_clashes(method, capsys):
 
 
 @pytest.mark.parametrize("command", [
-    "fit", "evaluate", "bench", "list", "demo",
+    "fit", "evaluate", "compare", "bench", "list", "demo",
 ])
 def test_every_subcommand_help_has_an_example(command, capsys):
     with pytest.raises(SystemExit) as info:

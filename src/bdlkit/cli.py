@@ -1,4 +1,5 @@
-"""The ``bdlkit`` command line: ``fit``, ``evaluate``, ``reference``, ``bench``, ``list``, ``demo``.
+"""The ``bdlkit`` command line: ``fit``, ``evaluate``, ``reference``, ``compare``, ``bench``,
+``list``, ``demo``.
 
 ``fit`` options are generated from :class:`bdlkit.runs.config.RunConfig` (one source of
 truth with the Python API and ``--config`` YAML files); a method's hyperparameters
@@ -264,6 +265,16 @@ def cmd_bench(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from bdlkit.runs import compare
+
+    rows = compare.compare(args.runs)
+    print(compare.markdown(rows), end="")
+    if args.out:
+        print("written: " + ", ".join(str(p) for p in compare.write(rows, args.out)))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from bdlkit.bench import digits
 
@@ -327,6 +338,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, ...]:
                         "--ood data; not stratified); recorded as num_test")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar (the estimate line stays)")
+    p = sub.add_parser("compare", help=COMMANDS["compare"], formatter_class=_FORMATTER,
+                       description="Print one table of the metrics.json of several run "
+                       "folders (with the draws each averaged and a dash for a metric a run "
+                       "lacks); --out also writes it as JSON and Markdown, with a figure.",
+                       epilog="examples:\n  bdlkit compare runs/sghmc runs/advi runs/ensemble"
+                       "\n  bdlkit compare runs/* --out runs/comparison")
+    p.add_argument("runs", nargs="+", metavar="DIR", help="run folders written by bdlkit fit")
+    p.add_argument("--out", metavar="DIR", help="also write comparison.json, comparison.md "
+                   "and comparison.png into DIR")
     p = sub.add_parser("bench", help=COMMANDS["bench"],
                        epilog="examples:\n  bdlkit bench digits --quick --out "
                        "benchmarks/results/digits\n\nsuites: " + ", ".join(bench.SUITES),
@@ -394,6 +414,8 @@ def _dispatch(args: argparse.Namespace, argv: list[str], fit_parser: Any) -> int
         return cmd_evaluate(args)
     if args.command == "bench":
         return cmd_bench(args, argv)
+    if args.command == "compare":
+        return cmd_compare(args)
     if args.command == "demo":
         return cmd_demo(args)
     if args.command == "meta-train":
