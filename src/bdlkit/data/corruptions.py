@@ -97,12 +97,12 @@ SEVERITIES: dict[str, dict[str, tuple[float, ...]]] = {
     },
 }
 _REFERENCE_SIZE = {"cifar10": 32, "mnist": 28}
-#: A severity-1 change of a pixel (brightness +0.1, noise σ 0.08): what a mild shift moves.
+#: A severity-1 change of a pixel (brightness +0.1, noise σ 0.08), what a mild shift moves.
 MILD_CHANGE = 0.1
 #: More training standard deviations than this is outside what the network saw.
 MAX_SHIFT_STDS = 3.0
-#: Input values standardised by a std below this (1/30 of the [0, 1] pixel range: a mild
-#: change moves them by more than 3 training stds) keep their clean value (:func:`frozen_pixels`).
+#: Input values standardised by a std below this (1/30 of the [0, 1] pixel range, so a mild
+#: change moves them by more than 3 training stds) keep their clean value (frozen_pixels).
 MIN_PIXEL_STD = MILD_CHANGE / MAX_SHIFT_STDS
 _TOLERANCE = 1e-4  # how far outside [0, 1] an input may be (rounding) before it is refused
 

@@ -74,8 +74,8 @@ __all__ = [
 ]
 
 _MIN_DRAWS = 4
-#: Vehtari et al. (2021): use the draws only when R̂ is below 1.01. bdlkit's one R̂ threshold:
-#: the run-health check (:mod:`bdlkit.evaluation.health`) and the line of ``rhat_layers.png``.
+#: The R̂ below which Vehtari et al. (2021) use the draws, and bdlkit's one R̂ threshold —
+#: the run-health check (bdlkit.evaluation.health) and the line of ``rhat_layers.png``.
 RHAT_MAX = 1.01
 
 

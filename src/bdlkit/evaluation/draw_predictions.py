@@ -44,7 +44,7 @@ class PredictiveSamples:
 
     @property
     def var(self) -> Tensor | None:
-        """``std²``: each draw's predictive variance σ_s² (``None`` for classification)."""
+        """Each draw's predictive variance σ_s² = ``std²`` (``None`` for classification)."""
         return None if self.std is None else self.std.square()
 
     @property

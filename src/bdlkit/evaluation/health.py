@@ -61,7 +61,7 @@ MIN_DRAWS = 10
 SIGMA_FACTOR = 1.5  # as bdlkit.engine.vi_checks
 #: A VI q whose mean KL to its prior per coordinate is below this many nats sits at it.
 PRIOR_KL = 0.05
-#: Why one chain's R-hat and ESS are information (:func:`run_notes`).
+#: Why one chain's R-hat and ESS are information, not failures (see run_notes).
 ONE_CHAIN = ("a network run is one chain, whose weights move between equivalent modes "
              "rather than mix, so R-hat and ESS describe it but do not judge the draws; "
              "compare several seeds' predictions to judge them")

@@ -73,7 +73,7 @@ class RegressionBMA:
 
     @property
     def std(self) -> Tensor:
-        """``sqrt(var)``: the mixture's standard deviation."""
+        """The mixture's standard deviation, ``sqrt(var)``."""
         return self.var.sqrt()
 
     @property

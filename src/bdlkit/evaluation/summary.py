@@ -74,8 +74,8 @@ class Evaluation:
 
     @property
     def health_notes(self) -> dict[str, str]:
-        """Findings reported as information, not failures, ``{check: message}``: a single
-        chain's R-hat and ESS (:func:`bdlkit.evaluation.health.run_notes`)."""
+        """Findings reported as information, not failures, as ``{check: message}`` — a
+        single chain's R-hat and ESS (:func:`bdlkit.evaluation.health.run_notes`)."""
         return dict(self.metrics.get("health_notes") or {})
 
 

@@ -155,7 +155,7 @@ class GaussianMixture:
 
     @property
     def std(self) -> Tensor:
-        """``sqrt(var)``: the mixture's standard deviation."""
+        """The mixture's standard deviation, ``sqrt(var)``."""
         return self.var.sqrt()
 
     def log_prob(self, y: Tensor) -> Tensor:

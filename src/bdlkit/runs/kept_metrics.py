@@ -25,13 +25,14 @@ from bdlkit.evaluation.health import run_health, run_notes
 
 #: Where ``metrics.json`` records the parts kept from an earlier evaluation.
 KEPT = "kept_from_earlier"
-#: The optional parts of an evaluation: their ``metrics.json`` keys (an ``ood_`` prefix for
-#: OOD) and the figure that only the evaluation's own tensors can draw.
+#: The optional parts of an evaluation and their ``metrics.json`` keys (an ``ood_`` prefix
+#: for OOD).
 PART_KEYS: dict[str, tuple[str, ...]] = {
     "ood": ("ood_",),
     "reference": ("agreement", "total_variation", "reference_rows"),
     "corruptions": ("corruptions", "corruption_frozen_pixels"),
 }
+#: The figures that only the evaluation's own tensors can draw, per part.
 PART_FIGURES = {"ood": "ood.png"}
 #: The option that recomputes each part.
 PART_OPTIONS = {"ood": "--ood", "reference": "--reference", "corruptions": "--corruptions"}
