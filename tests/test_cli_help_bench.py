@@ -132,19 +132,40 @@ def test_bench_unknown_suite(tmp_path, capsys):
         assert name in line
 
 
-def test_demo_prints_a_table(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert main(["demo", "--steps", "30", "--out", str(out)]) == 0
-    stdout = capsys.readouterr().out
-    lines = stdout.splitlines()
-    header = next(line for line in lines if line.split()[:1] == ["method"])
-    for column in ("accuracy", "NLL", "ECE"):
-        assert column in header.split()
-    from bdlkit.bench.digits import SKIP
+def _fake_digits(calls: list):
+    """digits.run without fitting: one row per method asked for (long names included)."""
+    def run(out: Path, *, seed: int, steps: int, command: str | None, methods=None, **_):
+        calls.append({"methods": methods, "steps": steps, "command": command})
+        return [{"method": m, "kind": algorithms.kind_of(m), "accuracy": 0.9, "nll": 0.3,
+                 "ece": 0.02, "train_s": 1.0, "eval_s": 0.5} for m in methods]
+    return run
 
-    for method in (m for m in algorithms.METHODS if m not in SKIP):
-        row = next(line for line in lines if line.split()[:1] == [method])
-        accuracy, nll, ece = (float(v) for v in row.split()[1:4])
-        assert 0 <= accuracy <= 1 and nll > 0 and 0 <= ece <= 1
-    assert (out / "report.md").exists()
-    assert json.loads((out / "results.json").read_text())["steps"] == 30
+
+def test_demo_prints_an_aligned_table_without_the_weak_methods(tmp_path, monkeypatch, capsys):
+    from bdlkit.bench.demo import WEAK_ON_NETWORKS
+
+    calls: list = []
+    monkeypatch.setattr(digits, "run", _fake_digits(calls))
+    assert main(["demo", "--steps", "30", "--out", str(tmp_path / "demo")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    assert [c.strip() for c in table[0].strip("|").split("|")][:5] == [
+        "method", "kind", "accuracy", "NLL", "ECE"]
+    bars = {tuple(i for i, ch in enumerate(line) if ch == "|") for line in table}
+    assert len(bars) == 1  # every row's columns line up, meta_sgmcmc and all
+    shown = [line.split("|")[1].strip() for line in table[2:]]
+    assert shown == sorted(m for m in algorithms.METHODS
+                           if m not in digits.SKIP and m not in WEAK_ON_NETWORKS)
+    assert "meta_sgmcmc" in shown and calls[0]["methods"] == shown
+    assert calls[0]["steps"] == 30
+    text = "\n".join(lines)
+    assert "--all" in text
+    for method, reason in WEAK_ON_NETWORKS.items():  # left out, each with its reason
+        assert f"{method}: {reason}" in text
+
+    assert main(["demo", "--steps", "30", "--all", "--out", str(tmp_path / "demo")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = [line.split("|")[1].strip() for line in lines if line.startswith("|")][2:]
+    assert set(WEAK_ON_NETWORKS) <= set(shown) and calls[1]["command"].endswith("--all")
+    for method, reason in WEAK_ON_NETWORKS.items():  # shown, each with its reason
+        assert f"{method}: {reason}" in "\n".join(lines)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,20 @@ COLUMNS = ["method", "kind", "steps", "accuracy", "nll", "ece", "brier", "train_
 
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = None,
-        command: str | None = None, echo: bool = True) -> list[dict[str, Any]]:
-    """Fit every registered method into ``out/runs/<method>``; write the comparison."""
+        command: str | None = None, echo: bool = True,
+        methods: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Fit every registered method (or just ``methods``) into ``out/runs/<method>``; write
+    the comparison."""
     from bdlkit.runs import directory as run_module
 
     steps = steps or (300 if quick else 1500)
+    chosen = sorted(m for m in algorithms.METHODS if m not in SKIP) if methods is None \
+        else list(methods)
+    width = max(map(len, chosen), default=0)
     prepare_bench_out(out)
     warm_up()
     rows: list[dict[str, Any]] = []
-    for method in sorted(m for m in algorithms.METHODS if m not in SKIP):
+    for method in chosen:
         method_steps = max(2, round(steps * FRACTION.get(method, 1.0)))
         hyper = dict(HYPER.get(method, {}))
         if method in WARMUP:
@@ -93,8 +99,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = No
                      **{k: values[k] for k in ("accuracy", "nll", "ece", "brier")},
                      "train_s": output.train_seconds, "eval_s": output.eval_seconds})
         if echo:
-            print(f"  {method:<8} accuracy {values['accuracy']:.4f}  NLL {values['nll']:.4f}  "
-                  f"ECE {values['ece']:.4f}  train {output.train_seconds:.1f} s",
+            print(f"  {method:<{width}} accuracy {values['accuracy']:.4f}  NLL "
+                  f"{values['nll']:.4f}  ECE {values['ece']:.4f}  train "
+                  f"{output.train_seconds:.1f} s",
                   file=sys.stderr)
     base = next((r["train_s"] for r in rows if r["method"] == "map"), rows[0]["train_s"])
     for r in rows:
@@ -121,7 +128,8 @@ def _write(out: Path, rows: list[dict[str, Any]], steps: int, seed: int, quick: 
         "Metrics are of the BMA predictive on the 540 test images (ECE: top-label, 15 bins).",
         "",
         *(f"Not run: `{m}`: {why}." for m, why in SKIP.items()),
-        *(f"`{m}`: {note}." for m, note in NOTES.items() if m in algorithms.METHODS), "",
+        *(f"`{m}`: {note}." for m, note in NOTES.items() if m in {r["method"] for r in rows}),
+        "",
         "Reliability diagrams: `runs/<method>/reliability.png` under the output folder "
         "(written by the command, not committed), for " + ", ".join(
             f"`{r['method']}`" for r in rows) + ".",
