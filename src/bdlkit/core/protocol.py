@@ -165,7 +165,7 @@ class AlgorithmBase:
     collects_draws: ClassVar[bool] = False
     step_size_param: ClassVar[str] = "lr"
     #: the Info key of the quantity the method optimises (a sampler's or an optimiser's log
-    #: density; a VI method's ELBO or its own divergence): what history.png plots first
+    #: density, a VI method's ELBO or its own divergence), which history.png plots first
     objective: ClassVar[str] = LOG_PROB
     data_parallel: ClassVar[bool] = True
     VERSION: ClassVar[int | str] = 1
