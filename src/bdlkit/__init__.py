@@ -15,6 +15,7 @@ imported (a submodule import would otherwise rebind the package attribute).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from bdlkit.infer import infer
@@ -69,9 +70,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name on first use (module docstring) and keep it."""
+    """Import a public name or a subpackage (``bdlkit.problems``) on first use (module
+    docstring) and keep it."""
     if name not in _LAZY:
-        raise AttributeError(f"module 'bdlkit' has no attribute {name!r}")
+        if name.startswith("_") or importlib.util.find_spec(f"bdlkit.{name}") is None:
+            raise AttributeError(f"module 'bdlkit' has no attribute {name!r}")
+        return importlib.import_module(f"bdlkit.{name}")  # binds itself on the package
     module = importlib.import_module(_LAZY[name])
     value = module if module.__name__.rsplit(".", 1)[-1] == name else getattr(module, name)
     globals()[name] = value
