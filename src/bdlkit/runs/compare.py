@@ -16,8 +16,10 @@ chains (``--chain-groups``) gives one row per chain.
 
 Example::
 
-    rows = bdlkit.runs.compare.compare(["runs/sghmc", "runs/advi", "runs/ensemble"])
-    print(bdlkit.runs.compare.markdown(rows))
+    from bdlkit.runs.compare import compare, markdown
+
+    rows = compare(["runs/sghmc", "runs/advi", "runs/ensemble"])
+    print(markdown(rows))
 """
 
 from __future__ import annotations
