@@ -58,3 +58,18 @@ def test_the_recorded_scaling_is_what_a_reload_applies(tmp_path):
     assert abs(float(x.mean())) < 1e-5
     named = RunConfig(method="map", data="digits")  # named data sets are left as given
     assert (named.data, named.data_kwargs) == ("digits", {})
+
+
+def test_a_run_recorded_before_the_scaling_options_reads_back_unscaled(tmp_path):
+    """A config.yaml without scale_uint8 was written when files were never scaled: its run
+    is read back (evaluate, load, resume) with the raw inputs it was trained on."""
+    data = _pixels_npz(tmp_path)
+    folder = tmp_path / "old"
+    folder.mkdir()
+    stored = RunConfig(method="map", data=str(data), steps=4).to_dict()
+    stored["data_kwargs"] = {}  # as an older bdlkit wrote it
+    (folder / "config.yaml").write_text(yaml.safe_dump(stored))
+    cfg = run.read_config(folder)
+    assert cfg.data_kwargs == {"scale_uint8": False, "standardize": False}
+    with pytest.warns(InputScaleWarning):
+        assert float(run.load_dataset(cfg).x_train.max()) == 255.0

@@ -114,7 +114,7 @@ def cached_reference(values: dict[str, Any], folder: Path, chains: int
 
 def prepare_bench_out(out: Path) -> Path:
     """Create or refresh a suite's output folder; refuse a folder bdlkit did not write."""
-    from bdlkit.runs.directory import prepare_out
+    from bdlkit.runs.out_folder import prepare_out
 
     return prepare_out(out, overwrite=True, marker=".bdlkit-bench",
                        entries=("results.json", "results.md", "report.md", "runs", "plots",

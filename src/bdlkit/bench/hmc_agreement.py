@@ -20,7 +20,7 @@ from bdlkit.bench.common import cached_reference, mean_std, warm_up, write_resul
 from bdlkit.runs import directory as run_module
 from bdlkit.runs import reference
 from bdlkit.runs.config import RunConfig
-from bdlkit.runs.directory import prepare_out
+from bdlkit.runs.out_folder import prepare_out
 
 DESCRIPTION = ("SG-MCMC, deep ensembles and MAP against an HMC reference on digits "
                "(agreement, total variation, accuracy, NLL, ECE)")

@@ -93,7 +93,7 @@ from bdlkit.diagnostics import ess_per_second, ess_tfp_single_chain, layerwise_r
 from bdlkit.evaluation.sampling import draw_predictions
 from bdlkit.runs import directory as run_module
 from bdlkit.runs.config import RunConfig
-from bdlkit.runs.directory import prepare_out
+from bdlkit.runs.out_folder import prepare_out
 
 DESCRIPTION = ("L2E against SGHMC, cyclical SGHMC, Meta-SGMCMC and deep ensembles on unseen "
                "tasks (HMC agreement, OOD, corruptions, ESS/s, R-hat, cost per step)")

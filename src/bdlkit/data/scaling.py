@@ -26,6 +26,8 @@ from bdlkit.core.errors import InputError, InputScaleWarning, caller_stacklevel
 
 #: The input-scaling options of a user file and their defaults (recorded in config.yaml).
 OPTIONS: dict[str, bool] = {"scale_uint8": True, "standardize": False}
+#: What a run recorded before these options existed did: nothing (read back as such).
+RECORDED_BEFORE: dict[str, bool] = {"scale_uint8": False, "standardize": False}
 #: Training inputs whose root mean square exceeds this draw an InputScaleWarning — the
 #: zoo's initialisation, the unit prior and the SG-MCMC step sizes assume inputs of order 1.
 INPUT_SCALE = 10.0
@@ -93,3 +95,16 @@ def warn_input_scale(x: torch.Tensor, path: Path) -> None:
             f"before saving (pixels: divide by 255, or save them as uint8, which bdlkit "
             f"scales to [0, 1])",
             InputScaleWarning, stacklevel=caller_stacklevel())
+
+
+def as_stored(values: dict[str, Any]) -> dict[str, Any]:
+    """A stored run configuration (``config.yaml``'s mapping) with the scaling options of a
+    file recorded before they existed set to what that run did (:data:`RECORDED_BEFORE`),
+    so that evaluating, loading or resuming it feeds its network the inputs it was trained
+    on. A new run's options are filled in with :data:`OPTIONS` when it is created."""
+    name, kwargs = values.get("data"), values.get("data_kwargs")
+    is_file = isinstance(name, str) and Path(name).suffix.lower() in (".npz", ".csv")
+    if not is_file or not isinstance(kwargs or {}, dict) or {"horizon", "lookback"} & set(
+            kwargs or {}):
+        return values
+    return {**values, "data_kwargs": {**RECORDED_BEFORE, **(kwargs or {})}}

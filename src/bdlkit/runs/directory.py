@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,14 +32,14 @@ from bdlkit import evaluation, metrics, models
 from bdlkit.algorithms import get_method
 from bdlkit.core.distributed import SINGLE, Topology
 from bdlkit.core.errors import CorruptFileError, InputError
-from bdlkit.core.lock import LOCK_FILES, run_lock
+from bdlkit.core.lock import run_lock
 from bdlkit.core.serialization import (
-    atomic_write_bytes,
     load_json,
     remove_stale_temps,
     save_json,
     state_from_tensors,
 )
+from bdlkit.data import scaling
 from bdlkit.data.timeseries import persistence_noise
 from bdlkit.engine import replicas
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
@@ -58,6 +57,7 @@ from bdlkit.problems.select import parameter_selection, select_parameters
 from bdlkit.runs import kept_metrics, likelihood_choice
 from bdlkit.runs import report as run_report
 from bdlkit.runs.config import RunConfig, method_options, resolved_hyper
+from bdlkit.runs.out_folder import check_out, prepare_out
 from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 TASKS = ("classification", "regression", "forecasting")
@@ -206,7 +206,7 @@ def run_hyper(cfg: RunConfig) -> dict[str, Any]:
 def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
     """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
     values = cfg.to_dict()
-    values["hyper"] = resolved_hyper(cfg.method, run_hyper(cfg))
+    values["hyper"] = resolved_hyper(cfg.method, run_hyper(cfg), runner.problem)
     bound = runner.algorithm.hyperparameters()
     for name, value in values["hyper"].items():  # defaults fixed by the run length
         if value is None and isinstance(bound.get(name), (int, float, str)):
@@ -220,57 +220,6 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
         store = runner.store
         values.update(burnin=store.burnin, thin=store.thin, max_samples=store.max_samples)
     return RunConfig(**values)
-
-
-# ---------------------------------------------------------------------- run directories
-RUN_MARKER = ".bdlkit-run"
-RUN_ENTRIES = ("config.yaml", "log.jsonl", "metrics.json", "report.md", "checkpoints",
-               "samples", *run_report.PLOTS)
-
-
-def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER,
-                entries: tuple[str, ...] = RUN_ENTRIES) -> Path:
-    """Create the output folder ``out`` and mark it as written by bdlkit.
-
-    An existing non-empty ``out`` is refused unless ``overwrite``; even then only a folder
-    bdlkit made (it holds ``marker``) is replaced, and only the ``entries`` bdlkit writes
-    are deleted, so ``--overwrite`` can never remove a user's own files.
-    """
-    out = Path(out)
-    check_out(out, overwrite, marker=marker)
-    if occupied(out):
-        for name in (*entries, marker):
-            path = out / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / marker, b"written by bdlkit; --overwrite may replace this folder\n")
-    return out
-
-
-def check_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER) -> None:
-    """Refuse ``out`` as :func:`prepare_out` would, without touching it (so the refusal
-    comes before the folder is locked, which writes a lock file into it)."""
-    out = Path(out)
-    if not occupied(out):
-        return
-    if not overwrite:
-        raise FileExistsError(
-            f"output folder {out} already exists; pass --resume {out} to continue that "
-            "run, --overwrite to replace it, or choose another --out"
-        )
-    if out.is_symlink() or not (out / marker).is_file():
-        raise FileExistsError(
-            f"{out} exists and was not written by bdlkit (no {marker} file); refusing to "
-            "replace it: choose another --out"
-        )
-
-
-def occupied(out: Path) -> bool:
-    """Whether ``out`` exists and holds anything but its lock files."""
-    return out.exists() and (not out.is_dir() or any(f.name not in LOCK_FILES for f in out.iterdir()))
 
 
 @dataclass(frozen=True)
@@ -403,7 +352,8 @@ def _finish(result: Result, cfg: RunConfig, ds: Any, run_dir: Path) -> RunOutput
 def read_config(run_dir: Path) -> RunConfig:
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(f"{run_dir} is not a bdlkit run directory (no config.yaml)")
-    return RunConfig.from_dict(load_yaml(run_dir / "config.yaml"), f"{run_dir}/config.yaml")
+    stored = scaling.as_stored(load_yaml(run_dir / "config.yaml"))  # older runs: unscaled
+    return RunConfig.from_dict(stored, f"{run_dir}/config.yaml")
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:

@@ -24,7 +24,7 @@ from bdlkit.core.serialization import save_json
 from bdlkit.diagnostics import ess_bulk_vehtari21, rhat_vehtari21, summarize
 from bdlkit.engine.checkpoint import latest_checkpoint, read_meta
 from bdlkit.evaluation.sampling import draw_predictions
-from bdlkit.runs import directory
+from bdlkit.runs import directory, out_folder
 from bdlkit.runs.config import RunConfig
 
 PROBE_POINTS = 64  #: test inputs whose predictions the cross-chain diagnostics compare
@@ -90,7 +90,7 @@ def _prepare_chains_folder(out: Path, overwrite: bool, topology: Topology) -> No
     ``chains.json``, a one-process run) and marks it, while the other ranks wait."""
     if topology.rank == 0:
         chains = tuple(p.name for p in out.glob("chain-*")) if out.is_dir() else ()
-        directory.prepare_out(out, overwrite,
+        out_folder.prepare_out(out, overwrite,
                               entries=(*directory.RUN_ENTRIES, CHAINS_FILE, *chains))
     distributed.barrier()
 

@@ -47,7 +47,7 @@ from bdlkit.core.serialization import (
 from bdlkit.diagnostics import ess_bulk_vehtari21, rhat_split, rhat_vehtari21
 from bdlkit.evaluation.sampling import draw_predictions
 from bdlkit.runs import directory as run_module
-from bdlkit.runs import likelihood_choice
+from bdlkit.runs import likelihood_choice, out_folder
 from bdlkit.runs.config import RunConfig
 from bdlkit.runs.figures import markdown_table
 
@@ -120,7 +120,7 @@ def build(cfg: RunConfig, out: str | os.PathLike, *, chains: int = 4, workers: i
     if ds.task != "classification":
         raise ValueError(f"a reference holds class probabilities; {cfg.data!r} is "
                          f"{ds.task} data (agreement/TV are defined for classification)")
-    if run_module.occupied(out) and not (out / MARKER).is_file():
+    if out_folder.occupied(out) and not (out / MARKER).is_file():
         raise FileExistsError(f"{out} exists and is not a bdlkit reference folder; choose "
                               "another --out")
     with run_lock(out, "building a reference"):
@@ -136,7 +136,7 @@ def _build(cfg: RunConfig, ds: Any, out: Path, chains: int, workers: int | None,
         for chain_cfg, run_dir in zip(configs, dirs):
             _check_chain(chain_cfg, run_dir)
     if overwrite or not (out / MARKER).exists():
-        run_module.prepare_out(out, overwrite, marker=MARKER,
+        out_folder.prepare_out(out, overwrite, marker=MARKER,
                                entries=("chains", "reference.json", "probs.safetensors",
                                         "report.md"))
     seconds = _run_chains(configs, dirs, workers)

@@ -47,7 +47,7 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _in_run_directory(path: Path) -> bool:
-    from bdlkit.runs.directory import RUN_MARKER  # late: directory imports this module
+    from bdlkit.runs.out_folder import RUN_MARKER  # late: out_folder imports report
 
     return path.name == "config.yaml" and (path.parent / RUN_MARKER).exists()
 
