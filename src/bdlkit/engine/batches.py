@@ -117,6 +117,20 @@ class Batches:
         index, count = self.shard
         return t if count == 1 else t.tensor_split(count)[index]
 
+    def num_steps(self, steps: int | None = None, epochs: int | None = None) -> int:
+        """Total steps of a run of ``steps=`` or ``epochs=`` passes (exactly one)."""
+        if (steps is None) == (epochs is None):
+            raise ValueError("give exactly one of steps= or epochs=")
+        if steps is not None:
+            if steps < 1:
+                raise ValueError(f"steps must be >= 1, got {steps}")
+            return int(steps)
+        if self.x is None and self.loader is None:
+            raise ValueError("epochs= needs data; a Target has none: use steps=")
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        return int(epochs) * self.per_epoch
+
     # ------------------------------------------------------------------ DataLoader
     def _from_loader(self, t: int) -> Batch:
         assert self.loader is not None

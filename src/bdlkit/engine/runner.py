@@ -232,17 +232,7 @@ class Runner:
     # ------------------------------------------------------------------ public
     def num_steps(self, steps: int | None = None, epochs: int | None = None) -> int:
         """Total steps for ``steps=`` or ``epochs=`` (exactly one)."""
-        if (steps is None) == (epochs is None):
-            raise ValueError("give exactly one of steps= or epochs=")
-        if steps is not None:
-            if steps < 1:
-                raise ValueError(f"steps must be >= 1, got {steps}")
-            return int(steps)
-        if self.batches.x is None and self.batches.loader is None:
-            raise ValueError("epochs= needs data; a Target has none: use steps=")
-        if epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {epochs}")
-        return int(epochs) * self.batches.per_epoch
+        return self.batches.num_steps(steps, epochs)
 
     def initial_state(self) -> Any:
         """``algorithm.init`` at the seeded initial parameters (also the resume template)."""
