@@ -67,8 +67,10 @@ def main(small: bool, out: Path, seed: int = SEED) -> dict[str, object]:
     m = good.metrics
     print(f"lr 0.5: accuracy {m['accuracy']:.3f}, NLL {m['nll']:.3f}, ECE {m['ece']:.3f}; "
           f"run-health checks that failed: {sorted(good.health) or 'none'}")
-    for check, message in good.health.items():  # weight-space R-hat/ESS of one short chain
+    for check, message in good.health.items():
         print(f"  ! {check}: {message}")
+    for check, message in good.health_notes.items():  # weight-space R-hat/ESS of one chain
+        print(f"  i {check}: {message}")
 
     # 2. Run length: several chains from dispersed starts, judged by split R-hat (< 1.01) and
     #    bulk ESS (>= 100 per chain), Vehtari et al. (2021), the thresholds of run health.

@@ -65,10 +65,10 @@ PRIOR_KL = 0.05
 ONE_CHAIN = ("a network run is one chain, whose weights move between equivalent modes "
              "rather than mix, so R-hat and ESS describe it but do not judge the draws; "
              "compare several seeds' predictions to judge them")
-#: What the checks of a useless fit suggest (``nll``, ``prior``).
+#: What the ``nll`` check of a useless fit suggests.
 USELESS_FIX = ("more steps or a larger lr (see `bdlkit fit --method M --help`), and check "
                "that the inputs (and regression targets) are standardised: a feature in the "
-               "hundreds, or raw 0..255 pixels, leaves q where it started")
+               "hundreds, or raw 0..255 pixels, leaves a fit where it started")
 
 
 def run_health(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dict[str, str]:
