@@ -84,7 +84,8 @@ def add_method_options(fit: argparse.ArgumentParser, method: str) -> None:
 
 
 def _option_help(option: Any) -> str:
-    """``"<help> (one of a, b; default x)"``: the class's ``Args:`` line and its field."""
+    """``"<help> (one of a, b; default x; on regression y)"``: the class's ``Args:`` line,
+    its field and the defaults its kinds of problem declare."""
     notes = []
     if option.choices:
         notes.append("one of " + ", ".join(str(c) for c in option.choices))
@@ -92,6 +93,8 @@ def _option_help(option: Any) -> str:
     if not option.required and "default" not in text:  # else the help says it already
         notes.append("default: set by the method" if option.default is None
                      else f"default {option.default!r}")
+    notes += [f"on {'a Target' if kind == 'target' else kind} {value!r}"
+              for kind, value in option.by_kind.items()]
     return f"{text} ({'; '.join(notes)})" if notes else text
 
 

@@ -16,7 +16,7 @@ import sys
 from types import ModuleType
 
 from bdlkit.algorithms.mcmc import hmc, nuts
-from bdlkit.algorithms.options import undocumented
+from bdlkit.algorithms.options import problem_defaults_errors, undocumented
 from bdlkit.algorithms.point import ensemble
 from bdlkit.algorithms.point import map as map_
 from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, meta_sgmcmc, psgld, sghmc, sgld
@@ -52,7 +52,7 @@ def declaration_errors(name: str, module: ModuleType) -> list[str]:
     ``chooses_draws``, ``approximation`` for a Variational, ``member_stack`` for an
     ensemble, ``flat_twin`` for ``flat_storage``); ``KIND`` is its kind;
     ``build(problem, ...)`` exists; every option has a line in the class's ``Args:``
-    section."""
+    section; ``problem_defaults`` names known problem kinds and the class's options."""
     cls = getattr(module, "ALGORITHM", None)  # the registration check itself
     if not (isinstance(cls, type) and issubclass(cls, AlgorithmBase)):
         return ["ALGORITHM must be a class deriving from bdlkit.core.protocol.Sampler, "
@@ -82,7 +82,7 @@ def declaration_errors(name: str, module: ModuleType) -> list[str]:
     if undocumented(cls):
         errors.append(f"options without a line in {cls.__name__}'s Args: section: "
                       f"{', '.join(undocumented(cls))}")
-    return errors
+    return errors + problem_defaults_errors(cls)
 
 
 def unregister(name: str) -> None:

@@ -9,7 +9,10 @@ values of a ``Literal[...]`` type. Everything else is derived from that one plac
 - :func:`options` gives each option's default, one-line help and allowed values, for
   ``bdlkit fit --method M --help``, the config checks and the docs;
 - :func:`check_choices` rejects a value outside a ``Literal`` (called from
-  ``__post_init__``).
+  ``__post_init__``);
+- :func:`problem_defaults` gives the defaults that differ on the problem's kind, which
+  the class declares in ``problem_defaults`` (e.g. a smaller ``lr`` on regression) and
+  ``build`` applies where the caller leaves the option unset.
 
 The ``Args:`` parser is a few lines for the Google style the project writes; docstring
 libraries (e.g. docstring_parser) would add a dependency for exactly this.
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bdlkit.core.protocol import hyperparameter_fields
+from bdlkit.core.protocol import PROBLEM_KINDS, hyperparameter_fields
 
 _LITERAL = re.compile(r"Literal\[([^\]]*)\]")
 
@@ -39,6 +42,9 @@ class Option:
     annotation: str
     help: str
     choices: tuple[Any, ...] | None
+    #: the default on a kind of problem where it differs from ``default`` (problem kind ->
+    #: value; the class's ``problem_defaults``)
+    by_kind: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def required(self) -> bool:
@@ -93,9 +99,43 @@ def options(cls: type) -> list[Option]:
             default = f.default_factory()  # type: ignore[misc]
         else:
             default = inspect.Parameter.empty
+        by_kind = {kind: values[f.name] for kind, values in cls.problem_defaults.items()
+                   if f.name in values}
         out.append(Option(f.name, default, str(f.type), docs.get(f.name, ""),
-                          choices_of(f.type)))
+                          choices_of(f.type), by_kind))
     return out
+
+
+def problem_kind(problem: Any) -> str | None:
+    """``"target"`` for a :class:`~bdlkit.Target`; for a :class:`~bdlkit.BayesianModel`
+    the task its likelihood declares (``"classification"`` or ``"regression"``); ``None``
+    for any other problem, where only the class's field defaults apply."""
+    from bdlkit.problems import BayesianModel, Target
+
+    if isinstance(problem, Target):
+        return "target"
+    if isinstance(problem, BayesianModel):
+        return problem.likelihood.task
+    return None
+
+
+def problem_defaults(cls: type, problem: Any) -> dict[str, Any]:
+    """The defaults of ``cls`` that differ on ``problem``'s kind (:func:`problem_kind`):
+    ``{option: value}`` from the class's declared ``problem_defaults``, else empty."""
+    return dict(cls.problem_defaults.get(problem_kind(problem), {}))
+
+
+def problem_defaults_errors(cls: type) -> list[str]:
+    """What is wrong with ``cls.problem_defaults`` (``register`` refuses it): a kind not in
+    ``PROBLEM_KINDS``, or an option the class does not have."""
+    names = {o.name for o in options(cls)}
+    errors = []
+    for kind, values in cls.problem_defaults.items():
+        if kind not in PROBLEM_KINDS:
+            errors.append(f"problem_defaults: unknown kind {kind!r} (one of {PROBLEM_KINDS})")
+        errors += [f"problem_defaults[{kind!r}]: {cls.__name__} has no option {name!r}"
+                   for name in sorted(set(values) - names)]
+    return errors
 
 
 def undocumented(cls: type) -> list[str]:
@@ -134,7 +174,7 @@ def builder(cls: type) -> Callable[..., Any]:
         if unknown:
             raise TypeError(f"{cls.__name__} has no option {unknown[0]!r}; options: "
                             f"{', '.join(names) or 'none'}")
-        algorithm = cls(problem, **hyper)
+        algorithm = cls(problem, **{**problem_defaults(cls, problem), **hyper})
         check_choices(algorithm)  # a Literal option its own checks do not cover
         return algorithm
 
@@ -148,7 +188,8 @@ def builder(cls: type) -> Callable[..., Any]:
         return_annotation=cls.__name__,
     )
     build.__doc__ = (f"Build :class:`{cls.__module__}.{cls.__name__}` on ``problem``; the "
-                     "options are its fields (its docstring's ``Args:``).")
+                     "options are its fields (its docstring's ``Args:``), with the defaults "
+                     "its ``problem_defaults`` declares for the problem's kind.")
     build.__qualname__ = build.__name__ = "build"
     build.__module__ = cls.__module__
     return build

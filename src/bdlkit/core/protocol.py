@@ -69,6 +69,9 @@ class State(Protocol):
 
 
 KINDS = ("optimizer", "sampler", "vi", "ensemble")
+#: The kinds of problem a default may differ on (``AlgorithmBase.problem_defaults``): a
+#: Target, or a model by its likelihood's task (``bdlkit.algorithms.options.problem_kind``).
+PROBLEM_KINDS = ("target", "classification", "regression")
 
 
 @runtime_checkable
@@ -103,6 +106,7 @@ class Algorithm(Protocol):
     is_finite: Any  # (state) -> bool: the runner's NaN check at checkpoints
     label: str  # how messages name it: the name, and a VI method's family
     VERSION: int | str  # of the update rule; a checkpoint of another version is refused
+    problem_defaults: dict[str, dict[str, Any]]  # option defaults by kind of problem
 
     def init(self, params: TensorTree | None = None, *, generator: torch.Generator) -> State: ...
 
@@ -169,6 +173,10 @@ class AlgorithmBase:
     objective: ClassVar[str] = LOG_PROB
     data_parallel: ClassVar[bool] = True
     VERSION: ClassVar[int | str] = 1
+    #: the options whose default differs on a kind of problem (one of PROBLEM_KINDS), by
+    #: kind then option; ``build`` applies them where the caller leaves the option unset, and
+    #: the dataclass field's default holds on every other kind (``docs/methods/index.md``)
+    problem_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @property
     def warmup_steps(self) -> int:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bdlkit.algorithms import get_method
-from bdlkit.algorithms.options import Option, options
+from bdlkit.algorithms.options import Option, options, problem_defaults
 from bdlkit.core.errors import InputError
 from bdlkit.problems.precision import AUTOCAST_DTYPES
 from bdlkit.runs import likelihood_choice
@@ -426,9 +426,10 @@ def _as_number(text: str) -> int | float | None:
     return None
 
 
-def resolved_hyper(method: str, hyper: dict[str, Any]) -> dict[str, Any]:
-    """``hyper`` completed with the defaults of ``build`` (what the run really used)."""
-    out = {}
+def resolved_hyper(method: str, hyper: dict[str, Any], problem: Any = None) -> dict[str, Any]:
+    """``hyper`` completed with the defaults of ``build`` on ``problem`` (what the run really
+    used: those its kind of problem declares, then the class's)."""
+    hyper, out = {**problem_defaults(get_method(method).ALGORITHM, problem), **hyper}, {}
     for name, param in method_hyperparameters(method).items():
         if name in hyper:
             out[name] = hyper[name]

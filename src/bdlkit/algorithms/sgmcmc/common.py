@@ -27,6 +27,16 @@ from bdlkit.core import rng
 from bdlkit.core.protocol import Problem
 from bdlkit.core.tree import TensorTree, detach_clone, device_of, randn_like, tree_map
 
+#: The default step on the mean loss of the SG-MCMC samplers on a regression model (a
+#: Gaussian likelihood): sgld's ``lr``, the cyclical samplers' peak ``lr`` and sghmc's
+#: ``lr/α`` (``lr`` 0.002 at α = 0.1), against 0.1 (0.05 for csgld) on classification.
+#: The per-datum loss has curvature 1/σ² in the mean output, which grows without bound as a
+#: learned or heteroscedastic σ shrinks towards the data's noise (classification's is at
+#: most 1/2 in the logits); at 0.1 sgld and csghmc diverged and sghmc's chain jumped to
+#: RMSEs above the mean predictor's on a 300-point regression, and on UCI yacht at 300
+#: epochs sghmc's test RMSE was 2.11 against 1.01 at 0.02 (``docs/methods/index.md``).
+REGRESSION_LR = 0.02
+
 
 class LearnedVersion:
     """Mixin of the samplers with meta-learned networks (L2E, Meta-SGMCMC): their update
@@ -87,5 +97,5 @@ def check_rate(name: str, value: object) -> None:
         raise ValueError(f"{name} must be > 0 or a schedule, got {value!r}")
 
 
-__all__ = ["LearnedVersion", "add_noise", "check_rate", "descend", "loss_gradient",
-           "noise_variance"]
+__all__ = ["REGRESSION_LR", "LearnedVersion", "add_noise", "check_rate", "descend",
+           "loss_gradient", "noise_variance"]

@@ -23,11 +23,13 @@ there; a large value means lr is too large for the gradient noise).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.common import (
+    REGRESSION_LR,
     add_noise,
     chain_start,
     check_rate,
@@ -104,13 +106,15 @@ class SGHMC(FlatStorage, Sampler):
     """SGHMC in the momentum-SGD form (module docstring).
 
     Args:
-        lr: per-datum step size, a float or a schedule of the step (default 0.01).
+        lr: per-datum step size, a float or a schedule of the step.
         alpha: friction α in (0, 1]; the momentum is 1 − α, and α = 1 is SGLD.
         noise_estimate: subtract Chen et al.'s estimate of the minibatch gradient's own
             noise from the injected noise.
         noise_decay: decay in [0, 1) of the running moments behind ``noise_estimate``.
     """
 
+    problem_defaults: ClassVar[dict[str, dict[str, Any]]] = {
+        "regression": {"lr": REGRESSION_LR / 10}}  # lr/α = REGRESSION_LR at α = 0.1
     problem: Problem
     lr: float | Schedule = 0.01
     alpha: float = 0.1

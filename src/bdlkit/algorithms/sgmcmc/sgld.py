@@ -15,12 +15,13 @@ the paper). For a :class:`~bdlkit.Target` N = T = 1 and ``lr`` is η itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.common import (
+    REGRESSION_LR,
     add_noise,
     chain_start,
     check_rate,
@@ -48,14 +49,16 @@ class SGLD(FlatStorage, Sampler):
     """SGLD (module docstring).
 
     Args:
-        lr: per-datum step size, a float or a schedule of the step (default 0.1): the step
-            is η = lr·T/N on the tempered potential.
+        lr: per-datum step size, a float or a schedule of the step: the step is
+            η = lr·T/N on the tempered potential.
     """
 
     #: Version 2 — the per-datum untempered drift (T scales only the noise); version 1
     #: scaled the drift by 1/T.
     #: Checkpoints of another version are not resumed (bdlkit.Runner.fingerprint).
     VERSION: ClassVar[int] = 2
+    problem_defaults: ClassVar[dict[str, dict[str, Any]]] = {
+        "regression": {"lr": REGRESSION_LR}}
     problem: Problem
     lr: float | Schedule = 0.1
     name: str = "sgld"
