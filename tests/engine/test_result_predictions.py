@@ -224,6 +224,20 @@ def test_diagnostics_take_a_result_and_refuse_its_draws_first_samples():
         vi.chains_first()
 
 
+def test_chains_first_of_a_run_from_a_one_dimensional_init_is_one_chain():
+    """A 1-D init stores samples as (draws, d): one chain of all the draws, not draws
+    chains of one draw each (which left ess_bulk_vehtari21 with 1 draw per chain)."""
+    from bdlkit.diagnostics import ess_bulk_vehtari21, ess_tfp_single_chain
+
+    t = bdlkit.Target(lambda th: -0.5 * (th ** 2).sum(-1), dim=3)
+    res = bdlkit.infer(t, "sgld", steps=40, seed=0, init=torch.zeros(3))
+    assert res.samples.shape == (20, 3)
+    assert torch.equal(res.chains_first(), res.samples[None])
+    assert ess_bulk_vehtari21(res).shape == (3,)
+    assert torch.isfinite(ess_bulk_vehtari21(res)).all()
+    assert torch.equal(ess_tfp_single_chain(res), ess_tfp_single_chain(res.samples))
+
+
 def test_predictives_share_one_vocabulary_mean_var_std():
     """The BMA gave .var and the per-draw samples .std; both now give both."""
     res = regression_result()[0]

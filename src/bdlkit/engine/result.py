@@ -150,7 +150,7 @@ class Result:
             return samples[name][None]
         if name is not None:
             raise ValueError("a Target's draws are one tensor; call chains_first() without name")
-        return samples[:, None] if samples.ndim == 2 else samples.transpose(0, 1)
+        return samples[None] if samples.ndim == 2 else samples.transpose(0, 1)  # one chain
 
     def sigma_summary(self) -> list[dict[str, float | str | int]] | None:
         """Per-tensor 10/50/90 % quantiles of a diagonal-Gaussian VI result's σ, then a row
