@@ -26,7 +26,7 @@ from bdlkit.core.errors import InputError, InputScaleWarning, caller_stacklevel
 
 #: The input-scaling options of a user file and their defaults (recorded in config.yaml).
 OPTIONS: dict[str, bool] = {"scale_uint8": True, "standardize": False}
-#: What a run recorded before these options existed did: nothing (read back as such).
+#: The options a run recorded before they existed ran with (none applied), read back as such.
 RECORDED_BEFORE: dict[str, bool] = {"scale_uint8": False, "standardize": False}
 #: Training inputs whose root mean square exceeds this draw an InputScaleWarning — the
 #: zoo's initialisation, the unit prior and the SG-MCMC step sizes assume inputs of order 1.
