@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 
@@ -205,6 +206,24 @@ def test_constant_and_nan_coordinates_match_arviz():
         assert out[1] == split_draws and torch.isnan(out[3])
         assert torch.isfinite(out[[0, 5]]).all()
     assert torch.isnan(rhat_tail(x)[4]) and rhat_vehtari21(x)[4] == rhat_bulk(x)[4]
+
+
+def test_more_chains_than_draws_is_computed_with_a_layout_warning():
+    """64 short parallel chains (or runs/ranks.py's (chain_groups, draws, probe)) are valid
+    input: read as given, as ArviZ does, with a warning naming the (draws, chains) fix."""
+    from bdlkit.diagnostics import layerwise_rhat, rhat_split_sommer
+
+    a = np.random.default_rng(3).standard_normal((8, 5, 3))
+    x = torch.from_numpy(a)
+    for fn in (rhat_vehtari21, ess_bulk_vehtari21, rhat_split_sommer):
+        with pytest.warns(UserWarning, match=r"8 chains of 5 draws.*x.transpose\(0, 1\)"):
+            out = fn(x)
+        assert out.shape[-1] == 3 and torch.isfinite(out).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_matches_arviz(a, ["rhat_rank", "ess_bulk"])
+        rows = layerwise_rhat({"w": x})
+    assert rows["w"]["num"] == 3 and math.isfinite(rows["all"]["mean"])
 
 
 @pytest.mark.parametrize(

@@ -195,15 +195,16 @@ def test_to_arviz_of_an_ensemble_holds_its_members_as_draws():
     assert torch.allclose(probs.mean(0), res.predict(x), atol=1e-6)
 
 
-def test_diagnostics_take_a_result_and_refuse_its_draws_first_samples():
+def test_diagnostics_take_a_result_and_warn_on_its_draws_first_samples():
     """Result.samples is (draws, chains, d), the diagnostics (chains, draws, d): passing
-    the samples unchanged is refused with the fix, the Result itself is accepted."""
+    the samples unchanged warns with the fix, the Result itself is read right."""
     from bdlkit.diagnostics import ess_bulk_vehtari21, ess_tfp_single_chain, rhat_vehtari21
 
     t = bdlkit.Target(lambda th: -0.5 * (th ** 2).sum(-1), dim=2)
     res = bdlkit.infer(t, "sgld", chains=3, steps=40, seed=0)
     assert res.samples.shape == (20, 3, 2)
-    with pytest.raises(ValueError, match=r"20 chains of 3 draws.*Pass the Result itself"):
+    with (pytest.warns(UserWarning, match=r"20 chains of 3 draws.*pass the Result itself"),
+          pytest.raises(ValueError, match="at least 4 draws per chain, got 3")):
         rhat_vehtari21(res.samples)
     assert rhat_vehtari21(res).shape == (2,)
     assert torch.equal(ess_bulk_vehtari21(res), ess_bulk_vehtari21(res.chains_first()))

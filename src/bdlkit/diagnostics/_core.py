@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
@@ -25,6 +26,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 from torch import Tensor
+
+from bdlkit.core.errors import caller_stacklevel
 
 __all__ = [
     "DEFAULT_CHUNK_VALUES",
@@ -77,9 +80,10 @@ def check_samples(
 ) -> Tensor:
     """Validate ``x`` of shape ``(chains, draws, *coords)`` (``leading = 2``) or
     ``(draws, *coords)`` (``leading = 1``) and return it as a real tensor. ``x`` may also be
-    a :class:`ChainDraws` (a sampler's Result). A tensor with more chains than draws per
-    chain is refused as ambiguous: it is most often ``(draws, chains, ...)``, the layout of
-    ``Result.samples`` (ArviZ warns about the same shapes)."""
+    a :class:`ChainDraws` (a sampler's Result), which knows its layout. A tensor with more
+    chains than draws per chain is valid (many short parallel chains) but may be
+    ``(draws, chains, ...)``, the layout of ``Result.samples``: it is taken as given, with
+    a ``UserWarning`` naming the fix (as ArviZ warns about the same shapes)."""
     layout = "(chains, draws, *coords)" if leading == 2 else "(draws, *coords)"
     if isinstance(x, ChainDraws):
         t = as_float_tensor(x.chains_first())
@@ -91,12 +95,12 @@ def check_samples(
     else:
         t = as_float_tensor(x)
         if leading == 2 and t.ndim >= 2 and t.shape[0] > t.shape[1]:
-            raise ValueError(
-                f"{name}: x of shape {tuple(t.shape)} reads as {t.shape[0]} chains of "
-                f"{t.shape[1]} draws each, more chains than draws: is it (draws, chains, "
-                "...)? bdlkit.Result.samples is (draws, chains, d), or (draws, d) for one "
-                "chain. Pass the Result itself, result.chains_first(), or x.transpose(0, 1) "
-                f"(the layout here is {layout})")
+            warnings.warn(
+                f"{name}: x of shape {tuple(t.shape)} is read as {t.shape[0]} chains of "
+                f"{t.shape[1]} draws each (the layout here is {layout}). If it is (draws, "
+                "chains, ...), as bdlkit.Result.samples is, pass the Result itself, "
+                "result.chains_first() or x.transpose(0, 1)",
+                UserWarning, stacklevel=caller_stacklevel())
     if t.ndim < leading:
         raise ValueError(f"{name}: x must have shape {layout}, got {tuple(t.shape)}")
     if leading == 2 and t.shape[0] < min_chains:
