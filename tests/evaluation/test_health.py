@@ -2,6 +2,7 @@
 that passes; a real majority-class run is flagged end to end."""
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -152,6 +153,39 @@ def test_a_regressor_barely_better_than_the_mean_with_prior_wide_intervals_is_fl
     assert set(found) == {"nll"} and "Fix:" in found["nll"] and "lr" in found["nll"]
     sharp = RegressionBMA(y.clone(), torch.full_like(y, 0.01), 32)
     assert run_health({}, _result(kind="vi"), sharp, ds) == {}
+
+
+@pytest.mark.parametrize(("kind", "fix"), [
+    ("optimizer", "a point estimate is overconfident.*Bayesian method.*fewer steps"),
+    ("ensemble", "members are confidently wrong.*more members"),
+    ("sampler", "smaller lr, a longer burn-in"),
+    ("vi", "more steps or a larger lr"),
+])
+def test_an_overconfident_predictive_gets_the_fix_of_its_kind_of_run(kind, fix):
+    """Accuracy 0.8 beats the majority class (0.7), but two confident errors put the NLL
+    above the class frequencies': the fix depends on what produced the predictive."""
+    pred = DS.y_test.clone()
+    pred[[0, 1]] = 1  # two of the majority class predicted confidently wrong
+    found = run_health({"accuracy": 0.8}, _result(kind=kind), _classifier(pred), DS)
+    assert set(found) == {"nll"}
+    assert re.search(fix, found["nll"]), found["nll"]
+    assert "standardised" not in found["nll"].split("Fix:")[0]  # class labels: nats
+    if kind != "vi":  # the overconfident point estimate has not "stayed where it started"
+        assert "larger lr" not in found["nll"]
+
+
+def test_a_predictive_that_learned_nothing_gets_the_generic_fix_and_units_say_standardised():
+    from bdlkit.evaluation.health import USELESS_FIX
+
+    constant = _classifier(torch.zeros(10, dtype=torch.long))
+    found = run_health({"accuracy": 0.7}, _result(kind="optimizer"), constant, DS)
+    assert found["nll"].endswith(USELESS_FIX) and "Bayesian" not in found["nll"]
+    y = torch.linspace(-1, 1, 20, dtype=torch.float64)
+    flat = RegressionBMA(torch.zeros(20), torch.full((20,), 100.0), 8)
+    raw = SimpleNamespace(y_test=y, y_train=y.flip(0))
+    assert "standardised targets" not in run_health({}, _result(), flat, raw)["nll"]
+    scaled = SimpleNamespace(y_test=y, y_train=y.flip(0), meta={"y_std": 2.0})
+    assert "of the standardised targets" in run_health({}, _result(), flat, scaled)["nll"]
 
 
 def _vi_result(mu, rho, prior_scale=1.0):

@@ -10,7 +10,9 @@ says what it means and the likely fix:
   the evaluation data: the test NLL of the BMA is not below that of the training class
   frequencies (add-one smoothed) or, for regression, of a Gaussian with the training
   targets' mean and standard deviation (:func:`trivial_nll`). A fit whose mean is barely
-  better than the training mean but whose intervals are the prior's fails here;
+  better than the training mean but whose intervals are the prior's fails here. The fix
+  depends on the kind of run (:func:`nll_fix`): a point estimate or ensemble is
+  overconfident, a sampler's draws are off the posterior, a VI q has hardly moved;
 * **prior**: a diagonal-Gaussian VI fit whose q sits at its isotropic Gaussian prior
   N(m, σ0²): the mean over coordinates of KL(q_i ‖ p_i) = log(σ0/σ_i) + (σ_i² + (μ_i −
   m_i)²)/(2σ0²) − ½ is below :data:`PRIOR_KL` nats (:func:`prior_divergence`). For small
@@ -65,10 +67,28 @@ PRIOR_KL = 0.05
 ONE_CHAIN = ("a network run is one chain, whose weights move between equivalent modes "
              "rather than mix, so R-hat and ESS describe it but do not judge the draws; "
              "compare several seeds' predictions to judge them")
-#: What the ``nll`` check of a useless fit suggests.
-USELESS_FIX = ("more steps or a larger lr (see `bdlkit fit --method M --help`), and check "
-               "that the inputs (and regression targets) are standardised: a feature in the "
-               "hundreds, or raw 0..255 pixels, leaves a fit where it started")
+#: Why a fit may not have moved from where it started (part of the ``nll`` fixes).
+SCALE_HINT = ("check that the inputs (and regression targets) are standardised: a feature in "
+              "the hundreds, or raw 0..255 pixels, leaves a fit where it started")
+#: What the ``nll`` check suggests for a predictive whose accuracy or RMSE is no better than
+#: the trivial predictor's either (it learned nothing), whatever the kind of run.
+USELESS_FIX = ("a smaller or larger lr, or more steps (see `bdlkit fit --method M --help`); "
+               + SCALE_HINT)
+#: What the ``nll`` check suggests, by the kind of run (``bdlkit.core.protocol.KINDS``), for
+#: a predictive whose accuracy or RMSE beats the trivial predictor's but whose probabilities
+#: do not: a point estimate or an ensemble is confidently wrong (overfit), a sampler's draws
+#: are not yet from the posterior, a VI q has hardly moved from where it started.
+NLL_FIX = {
+    "optimizer": ("a point estimate is overconfident where it errs: a Bayesian method (a "
+                  "sampler, VI or an ensemble), fewer steps (stop before it overfits), a "
+                  "stronger prior, or more data"),
+    "ensemble": ("the members are confidently wrong together: fewer steps per member, a "
+                 "stronger prior, more members, or more data"),
+    "sampler": ("the draws are not yet from the posterior, or the chain is unstable: a "
+                "smaller lr, a longer burn-in (--burnin) or more steps"),
+    "vi": ("more steps or a larger lr (see `bdlkit fit --method M --help`): q has hardly "
+           "moved from where it started; " + SCALE_HINT),
+}
 
 
 def run_health(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dict[str, str]:
@@ -177,10 +197,33 @@ def _nll(values: dict[str, Any], result: Result, test: Any, ds: Any) -> dict[str
         return {}
     what = ("the training class frequencies" if classes else
             "a Gaussian with the training targets' mean and standard deviation")
+    units = ("nats per test row, of the standardised targets" if _targets_standardised(ds)
+             else "nats per test row")
     return {"nll": (
         f"the test NLL {model:.4g} is no lower than that of the trivial predictor, "
-        f"{what} ({trivial:.4g}, standardised units): the predictive is no better than "
-        f"knowing nothing about the inputs. Fix: {USELESS_FIX}")}
+        f"{what} ({trivial:.4g}; {units}): the predictive is no better than "
+        f"knowing nothing about the inputs. Fix: "
+        f"{nll_fix(result.kind, learned=not _majority(values, result, test, ds))}")}
+
+
+def nll_fix(kind: str | None, learned: bool) -> str:
+    """The ``nll`` check's fix for a run of ``kind``: :data:`NLL_FIX`'s, or
+    :data:`USELESS_FIX` where the run learned nothing (``learned`` false: the ``majority``
+    check fails too) or the kind is unknown; a VI run's is always its own.
+
+    Args:
+        kind: the run's kind (``bdlkit.core.protocol.KINDS``), ``None`` if unknown.
+        learned: whether the predictive's accuracy or RMSE beats the trivial predictor's.
+    """
+    if kind == "vi" or (learned and kind in NLL_FIX):
+        return NLL_FIX[kind]
+    return USELESS_FIX
+
+
+def _targets_standardised(ds: Any) -> bool:
+    """Whether ``ds``'s regression targets were standardised on load (``meta["y_std"]``)."""
+    meta = getattr(ds, "meta", None) or {}
+    return "y_std" in meta and bool(meta.get("normalized", True))
 
 
 def prior_divergence(q: DiagGaussian, prior: IsotropicGaussian) -> tuple[float, float] | None:
