@@ -273,6 +273,30 @@ def test_a_sampled_noise_sigma_that_overflows_float32_is_an_error_not_a_silent_n
                                                                        rel=1e-6)
 
 
+def test_an_average_too_large_for_float32_names_the_same_fix_as_a_draw_that_overflows():
+    """Each draw fits float32 but their means differ by 2e20: the BMA variance (float64)
+    does not fit x's float32. Its fix is check_finite's, word for word, and it works."""
+    from bdlkit.core.errors import NonFiniteError
+    from bdlkit.evaluation.predictive import NONFINITE_FIX
+
+    res, x = _noise_draws(torch.float32)
+    with pytest.raises(NonFiniteError) as per_draw:
+        res.predict(x)
+    for dtype in (torch.float32, torch.float64):
+        res, x = _noise_draws(dtype)
+        res.samples.update({"bias": torch.tensor([[1e20], [-1e20]], dtype=dtype),
+                            "likelihood.log_noise": torch.zeros(2, dtype=dtype)})
+        if dtype == torch.float32:
+            with pytest.raises(NonFiniteError, match="does not fit torch.float32") as average:
+                res.predict(x)
+            assert torch.isfinite(res.predictive(x).var).all()  # the float64 average
+        else:  # the fix: inferred and predicted in float64
+            assert float(res.predict(x).var[0]) == pytest.approx(1e40, rel=1e-6)
+    for error in (per_draw, average):
+        assert str(error.value).endswith(NONFINITE_FIX)
+    assert "net.double()" in NONFINITE_FIX and "x.double()" in NONFINITE_FIX
+
+
 def test_a_forecast_mixture_speaks_the_same_vocabulary():
     from bdlkit.metrics.forecasting import GaussianMixture
 

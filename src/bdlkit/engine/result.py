@@ -36,7 +36,7 @@ from bdlkit.evaluation.draw_predictions import (
     is_classification,
 )
 from bdlkit.evaluation.forecast import forecast_mixture
-from bdlkit.evaluation.predictive import ClassificationBMA, RegressionBMA, bma
+from bdlkit.evaluation.predictive import NONFINITE_FIX, ClassificationBMA, RegressionBMA, bma
 from bdlkit.families import diag_gaussian
 from bdlkit.families.diag_gaussian import DiagGaussian
 from bdlkit.metrics.forecasting import GaussianMixture
@@ -257,8 +257,7 @@ class Result:
             if not bool(torch.isfinite(pred.var).all()):  # each draw's was finite (bma)
                 raise NonFiniteError(
                     f"the predictive variance (up to {float(out.var.max()):.3g}) does not fit "
-                    f"{dtype}: predict in float64 (x.double()), or use a smaller lr or a "
-                    "fixed noise σ so that the sampled σ stay moderate")
+                    f"{dtype} (result.predictive(x).var holds it in float64). {NONFINITE_FIX}")
         return pred if samples is None else (pred, samples)
 
     def _with_samples(self, x: Tensor, num_samples: int, chunk_size: int,

@@ -181,6 +181,14 @@ class _ClassAccumulator:
         )
 
 
+#: The fix for a predictive that does not fit its dtype (:func:`check_finite`, and
+#: ``Result.predict``'s cast of the float64 average to the inputs' dtype).
+NONFINITE_FIX = ("Fix: a smaller lr, or a fixed σ (likelihood 'gaussian:0.1', --likelihood "
+                 "gaussian:0.1) so that the sampled σ stay moderate; to keep these draws, "
+                 "infer and predict in float64 (net.double() before bdlkit.infer, and "
+                 "x.double())")
+
+
 def check_finite(mean: Tensor, var: Tensor, draw: int, dtype: torch.dtype) -> None:
     """Refuse a draw whose predictive mean or variance is NaN or infinite (``draw``: its
     1-based number; ``dtype``: the one the variance was computed in) instead of averaging
@@ -194,9 +202,7 @@ def check_finite(mean: Tensor, var: Tensor, draw: int, dtype: torch.dtype) -> No
         + (f"A sampled noise σ overflowed: σ² exceeds the largest {dtype} ({big:.3g}), i.e. "
            f"log σ above {0.5 * math.log(big):.0f} (a learned σ = exp(log σ) moves like any "
            "weight). " if what == "variance" else "The network diverged at this draw. ")
-        + "Fix: a smaller lr, or fix σ (likelihood 'gaussian:0.1', --likelihood "
-          "gaussian:0.1); to keep these draws, predict in float64 (model.double(), "
-          "x.double())")
+        + NONFINITE_FIX)
 
 
 class _GaussianAccumulator:
