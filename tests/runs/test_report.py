@@ -33,13 +33,18 @@ def test_a_samplers_history_plots_its_log_density():
     assert history_keys(res) == ["log_prob"]
 
 
-def test_the_ensembles_final_log_density_is_the_mean_over_members_and_says_so():
+def test_the_ensembles_logged_log_density_is_the_mean_over_members_everywhere():
+    """log.jsonl (history), the progress bar's postfix and report.md's row show one number:
+    the mean over members, on a single model's scale (it was the sum in the log)."""
+    from bdlkit.engine.runlog import postfix
+
     model, data = _regression()
     res = bdlkit.infer(model, "ensemble", data=data, steps=3, batch_size=32, seed=0, members=3)
     row = final_log_density(res)
     last = res.history[-1]
-    assert row["value"] == pytest.approx(last["log_prob"] / 3)
-    assert last["log_prob_min"] <= row["value"] <= last["log_prob_max"]
+    assert row["value"] == last["log_prob"]
+    assert postfix(last)["log_prob"] == f"{row['value']:.4g}"
+    assert last["log_prob_min"] <= last["log_prob"] <= last["log_prob_max"]
     assert "mean over the 3 members" in row["item"]
     single = bdlkit.infer(model, "map", data=data, steps=3, batch_size=32, seed=0)
     assert final_log_density(single) == {"item": "final log density (minibatch)",

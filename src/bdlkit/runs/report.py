@@ -113,16 +113,15 @@ def _plots(run_dir: Path, cfg: Any, result: Result, ev: Evaluation, ds: Any) -> 
 
 
 def final_log_density(result: Result) -> dict[str, Any]:
-    """The run summary's row of the last logged (minibatch) log density, on one scale for
-    every method: an ensemble logs the sum over its M members, so its row is that sum / M,
-    and says so."""
+    """The run summary's row of the last logged (minibatch) log density, as ``log.jsonl``
+    and the progress bar show it: on one scale for every method (an ensemble logs the mean
+    over its M members, and the row says so)."""
     last = result.history[-1].get("log_prob") if result.history else None
     if not isinstance(last, (int, float)):
         return {"item": "final log density (minibatch)", "value": "n/a"}
     if result.kind == "ensemble" and result.num_kept > 1:
-        members = result.num_kept
-        return {"item": f"final log density (minibatch, mean over the {members} members; "
-                        "log.jsonl's log_prob is their sum)", "value": last / members}
+        return {"item": f"final log density (minibatch, mean over the {result.num_kept} "
+                        "members)", "value": last}
     return {"item": "final log density (minibatch)", "value": last}
 
 

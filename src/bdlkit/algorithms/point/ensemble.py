@@ -17,8 +17,9 @@ treats rows as independent chains; a dict of ``(M, ...)`` tensors for a network,
 members are evaluated one at a time, so ``oracle="module"`` works too) and one optimiser
 state on the stack: Adam and SGD-momentum act element-wise, so it equals M independent
 optimisers. ``params(state)`` is member 0 (what the Runner finite-checks and evaluates
-during training); ``member_stack(state)`` is the stack. Info: ``log_prob`` is the sum over
-members (one non-finite member stops the run); for networks also ``log_prob_min/max``.
+during training); ``member_stack(state)`` is the stack. Info: ``log_prob`` is the mean over
+members, on the scale of one model's as every other method logs it (one non-finite member
+stops the run); for networks also ``log_prob_min/max``.
 
 Initialisation: a stack with M rows is used as is. A single point (what the Runner passes
 by default) becomes member 0, and members 1..M-1 are fresh draws: for a network
@@ -124,14 +125,14 @@ class Ensemble(EnsembleBase):
     def step(self, state: EnsembleState, batch: Batch) -> tuple[EnsembleState, Info]:
         problem = self.problem
         if isinstance(problem, Target):  # rows are independent chains: one call
-            value, score = problem.value_and_score(state.params, batch)
-            info: Info = {"log_prob": value}
+            value, score = problem.value_and_score(state.params, batch)  # summed over rows
+            info: Info = {"log_prob": value / self.num_members}
         else:
             outs = [problem.value_and_score(index(state.params, i), batch)
                     for i in range(self.num_members)]
             values = torch.stack([v.detach() for v, _ in outs])
             score = stack([s for _, s in outs])
-            info = {"log_prob": values.sum(), "log_prob_min": values.min(),
+            info = {"log_prob": values.mean(), "log_prob_min": values.min(),
                     "log_prob_max": values.max()}
         n = problem.effective_num_data
         grads = tree_map(lambda s: s * (-1.0 / n), score)  # MAP's arithmetic, member by member
