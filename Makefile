@@ -31,8 +31,9 @@ docs: $(STAMP)
 	OMP_NUM_THREADS=1 $(VENV)/bin/sphinx-build -E -W --keep-going -n -q -b html docs docs/_build/html
 	@echo "docs: site written to docs/_build/html/index.html"
 
+# the long statistical and end-to-end tests (marked slow), which `make test` leaves out
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -q -m slow $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/bdlkit demo

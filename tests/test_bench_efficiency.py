@@ -69,6 +69,7 @@ def test_memory_probe_measures_a_fresh_subprocess():
     assert err is None and how.startswith("rss growth") and 0 <= mem < 500
 
 
+@pytest.mark.slow
 def test_the_flow_families_cost_rows_and_ratios(tmp_path):
     methods = ("score_vi", "score_vi_flow", "score_vi_spline")
     rows = efficiency.run(tmp_path, models=("mlp",), methods=methods, steps=1, repeats=1,
@@ -80,6 +81,7 @@ def test_the_flow_families_cost_rows_and_ratios(tmp_path):
     assert ratios["mlp:score_vi_flow/score_vi"] > 0 and ratios["mlp:score_vi_spline/score_vi"] > 0
 
 
+@pytest.mark.slow
 def test_floor_and_peer_rows_and_the_target_section(tmp_path, monkeypatch):
     """The torch floor rows, the posteriors rows (when installed) and the Target section
     give the [perf] ratios and goals; the floor rows take no memory measurement."""

@@ -69,6 +69,7 @@ def test_list_prints_every_component(capsys):
 
 
 # ---------------------------------------------------------------------- bench and demo
+@pytest.mark.slow
 def test_bench_digits_suite(tmp_path):
     # `bdlkit bench digits --quick` (300 steps per method) took 11-29 s here, so the
     # suite runs directly with 30 steps.

@@ -120,6 +120,7 @@ def test_plans_and_registration():
         bnn_lowdata.INIT_STD
 
 
+@pytest.mark.slow
 def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
     """Both protocols, the VI rows, the peers (run by their own libraries), convergence."""
     monkeypatch.setattr(bnn_lowdata, "warm_up", lambda: None)

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from bdlkit.bench import flow_stability
 
 
+@pytest.mark.slow
 def test_a_run_is_measured_against_the_target_and_a_tiny_suite_writes_its_table(
         tmp_path, monkeypatch):
     rec = flow_stability.run_one("advi", {"lr": 2e-2}, steps=100, seed=0)

@@ -177,6 +177,7 @@ def test_suite_is_registered_and_sizes_are_set():
     assert quick[1].data_kwargs == {"train_size": 5000, "seed": 0}
 
 
+@pytest.mark.slow
 def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
     tiny = [
         l2e.Task("digits-hmc", "digits", "mlp", {"hidden": [4]}, 24, reference_chains=2,

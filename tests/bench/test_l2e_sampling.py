@@ -69,6 +69,7 @@ def test_candidates_pair_each_file_with_its_sghmc_control(tmp_path):
         bench.run_suite("l2e-sampling", tmp_path / "x", meta_params=("nope.safetensors",))
 
 
+@pytest.mark.slow
 def test_tiny_suite_end_to_end(tmp_path, monkeypatch):
     tiny = l2e_bench.Task("digits-hmc", "digits", "mlp", {"hidden": [4]}, 24,
                           reference_chains=2, reference_steps=8, probe_points=16)

@@ -3,6 +3,7 @@ the ablations, the interleaved timing and a failing configuration kept as a reco
 
 import json
 
+import pytest
 import torch
 
 from bdlkit.bench import score_vi_study
@@ -47,6 +48,7 @@ def test_an_ablation_changes_a_default_only_when_better_beyond_noise_in_every_pr
     assert decisions["clearly better"]["diff"]["a"]["mean"] < -0.019
 
 
+@pytest.mark.slow
 def test_a_tiny_study_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(score_vi_study, "warm_up", lambda: None)
     monkeypatch.setattr(score_vi_study, "TIMING_STEPS", 2)

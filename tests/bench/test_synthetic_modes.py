@@ -76,6 +76,7 @@ def test_the_verdict_reads_the_modes_found():
     assert text.startswith("**inconclusive**") and "1 settings lack a number" in text
 
 
+@pytest.mark.slow
 def test_a_tiny_run_writes_the_multimodal_files_and_reuses_them(tmp_path):
     plan = synthetic.Plan(budget=160, time_limit=20.0, seeds=(0,), num_points=4)
     out = tmp_path / "out"

@@ -19,6 +19,7 @@ def claim(records, key):
     return next(v for v in report.verdicts(records) if v["claim"] == key)
 
 
+@pytest.mark.slow
 def test_tiny_plan_end_to_end(tmp_path):
     plan = timeseries.Plan(("ili-24",), seeds=2,
                            rows=("koopa", "map", "advi", "score_vi"), steps=15,

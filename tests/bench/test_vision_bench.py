@@ -15,6 +15,7 @@ from bdlkit.bench import vision
 TINY = vision.Sizes(train=64, map_steps=3, vi_steps=3, test=40, draws=2, seeds=1, batch=32)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_table_verdict_and_fine_tunes_from_the_pretrained_weights(
         tmp_path: Path):
     rows = vision.run(tmp_path, sizes=TINY, models=("vit",), echo=False)

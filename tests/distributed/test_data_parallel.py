@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dist_launch as launch
 import dist_worker
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -50,6 +51,7 @@ def test_two_ranks_of_batch_b_equal_one_process_of_batch_2b(tmp_path: Path):
             assert _gap(_ranked(tmp_path, method, 0, "draws/"), _part(one, "draws/")) < 1e-6
 
 
+@pytest.mark.slow
 def test_a_failing_callback_on_the_writer_stops_every_rank_after_a_checkpoint(tmp_path: Path):
     run_dir = tmp_path / "run"
     procs = launch.start(2, ["sghmc", str(tmp_path / "out"), "--run-dir", str(run_dir),
@@ -61,6 +63,7 @@ def test_a_failing_callback_on_the_writer_stops_every_rank_after_a_checkpoint(tm
     assert (run_dir / "checkpoints" / "step-000000007.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_chains_on_groups_of_two_data_parallel_ranks(tmp_path: Path):
     launch.run(4, ["sghmc", str(tmp_path), "--chain-groups", "2"])  # 2 chains x 2 ranks
     for chain, writer in ((0, 0), (1, 2)):
@@ -70,6 +73,7 @@ def test_chains_on_groups_of_two_data_parallel_ranks(tmp_path: Path):
                     ) == 0.0
 
 
+@pytest.mark.slow
 def test_chain_groups_run_independent_chains_equal_to_single_runs(tmp_path: Path):
     launch.run(2, ["sghmc", str(tmp_path), "--chain-groups", "2"])
     g0, g1 = (_ranked(tmp_path, "sghmc", r, "draws/") for r in (0, 1))
@@ -79,6 +83,7 @@ def test_chain_groups_run_independent_chains_equal_to_single_runs(tmp_path: Path
     assert _gap(g0, g1) > 1e-3  # different draws: not one chain twice
 
 
+@pytest.mark.slow
 def test_kill_one_rank_then_resume_is_bit_exact(tmp_path: Path):
     common = ["--steps", "60", "--checkpoint-every", "10"]
     run_dir = tmp_path / "run"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import dist_launch as launch
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -16,6 +17,7 @@ TINY = ["--families", "teacher-mlp", "--inner-steps", "12", "--sample-window", "
         "--num-samples", "3", "--batch-size", "32", "--population", "4", "--outer-steps", "2"]
 
 
+@pytest.mark.slow
 def test_two_ranks_split_the_population_and_take_one_process_steps(tmp_path: Path):
     procs = launch.start(2, ["meta-train", "l2e", *TINY, "--out", str(tmp_path / "two")],
                          module="bdlkit")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bdlkit.cli import main
@@ -23,6 +24,7 @@ def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_torchrun_fit_writes_one_run_directory_and_resumes(tmp_path: Path):
     done = _torchrun([*FIT, "--method", "sghmc", "--steps", "200", "--out", "R"], tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

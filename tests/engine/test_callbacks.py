@@ -198,6 +198,7 @@ def test_tensorboard_after_a_crash_and_resume_holds_each_step_once(blr, tmp_path
     assert found["log_prob"] == _log_scalars(log)["log_prob"]
 
 
+@pytest.mark.slow
 def test_without_tensorboard_bdlkit_imports_and_the_logger_names_the_extra():
     code = ("import sys; sys.modules['tensorboard'] = None\n"
             "import bdlkit, bdlkit.cli, bdlkit.engine.callbacks as c\n"

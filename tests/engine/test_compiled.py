@@ -86,6 +86,7 @@ def test_a_compiled_target_chunk_equals_the_same_chunk_run_eagerly(method, hyper
 
 
 @pytest.mark.parametrize("method", ["advi", "ivon"])
+@pytest.mark.slow
 def test_the_cosine_and_the_tail_average_compile_with_the_chunk(method):
     """Bound to the run's length, a VI step decays its rate with the cosine and averages
     the last half of its iterates as tensor operations on the chunk's step counter: the
@@ -208,6 +209,7 @@ def test_a_diverging_compiled_run_stops_with_the_nan_message(monkeypatch):
     assert runner.compiled.fallback is None
 
 
+@pytest.mark.slow
 def test_each_run_compiles_its_own_graph_beyond_torchs_recompile_limit():
     """torch.compile allows 8 recompilations per code object, and once a float it saw
     change becomes a graph input it may serve one run's graph to another (an sgld chunk

@@ -105,6 +105,7 @@ print(out.num_samples, (after - before) * 1024)
 """
 
 
+@pytest.mark.slow
 def test_bma_over_200_draws_of_a_100k_model_on_10k_points_runs_in_bounded_memory(tmp_path):
     """Streaming from a disk store: the peak memory growth stays far below the
     S x n x K = 200 x 10 000 x 10 float32 = 80 MB that stacking predictions would need

@@ -51,16 +51,19 @@ def score_vi_run(tmp_path_factory):
     return fit_baseline(tmp_path_factory, SCORE_VI)
 
 
+@pytest.mark.slow
 def test_sampler_sigkill_at_a_random_step_then_resume(sgld_run, tmp_path):
     kill_at = between_checkpoints(_rng("sgld/step"), SGLD.steps)
     sigkill_at_step(SGLD, sgld_run, tmp_path / "run", kill_at)
 
 
+@pytest.mark.slow
 def test_sampler_sigkill_while_writing_a_checkpoint_then_resume(sgld_run, tmp_path):
     step = _rng("sgld/write").randrange(2 * EVERY, SGLD.steps, EVERY)
     sigkill_writing_checkpoint(SGLD, sgld_run, tmp_path / "run", step)
 
 
+@pytest.mark.slow
 def test_sampler_sigint_then_resume_gives_the_same_shards(sgld_run, tmp_path):
     """Defect F11: a run stopped by Ctrl-C and resumed used to end with 6 shards, not 5."""
     at = _rng("sgld/sigint").randrange(SGLD.burnin, SGLD.steps - 1)
@@ -68,11 +71,13 @@ def test_sampler_sigint_then_resume_gives_the_same_shards(sgld_run, tmp_path):
     assert len(list((tmp_path / "run" / "samples").glob("shard-*.safetensors"))) > 1
 
 
+@pytest.mark.slow
 def test_vi_sigkill_at_a_random_step_then_resume(score_vi_run, tmp_path):
     kill_at = between_checkpoints(_rng("score_vi/step"), SCORE_VI.steps)
     sigkill_at_step(SCORE_VI, score_vi_run, tmp_path / "run", kill_at)
 
 
+@pytest.mark.slow
 def test_meta_train_sigkill_between_outer_steps_then_rerun(tmp_path_factory, tmp_path):
     """Killed on entering outer step ``n`` (``n - 1`` done), rerun with the same --out: it
     resumes from its last checkpoint and ends as the uninterrupted meta-training."""

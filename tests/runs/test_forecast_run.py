@@ -42,6 +42,7 @@ def koopa_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_koopa_fit_writes_forecast_metrics_and_plot(koopa_run, capsys):
     values = json.loads((koopa_run / "metrics.json").read_text())
     for key in FORECAST_KEYS:
@@ -56,6 +57,7 @@ def test_koopa_fit_writes_forecast_metrics_and_plot(koopa_run, capsys):
     assert cfg["model"] == "koopa" and cfg["bayesian"] == "all"
 
 
+@pytest.mark.slow
 def test_evaluate_reproduces_the_metrics(koopa_run, tmp_path):
     copy = tmp_path / "R"
     shutil.copytree(koopa_run, copy)

@@ -83,6 +83,7 @@ def test_refuses_non_mcmc_methods_and_one_chain(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_cli_reference_then_evaluate_reports_agreement(tmp_path, capsys):
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     assert main(["reference", "hmc", "--model", "mlp", "--data", "digits", "--model-kwargs",
@@ -144,6 +145,7 @@ def test_a_chain_started_with_other_options_is_not_reused(built, tmp_path):
     assert ref.manifest["config"]["prior_scale"] == 0.5
 
 
+@pytest.mark.slow
 def test_parallel_worker_processes_give_the_same_reference(built, tmp_path):
     cfg = RunConfig(method="hmc", **TINY)
     ref = reference.build(cfg, tmp_path / "ref", chains=2, workers=2)

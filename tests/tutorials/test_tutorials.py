@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "tutorials").glob("*.py"))
 BUDGET_S = 120
+#: tutorials of more than about 20 s at their small size: `make test-slow` runs them
+LONG = ("gpu_and_processes", "l2e_sampler", "own_model")
 
 
 def test_every_tutorial_has_a_page_that_shows_its_script():
@@ -29,7 +31,8 @@ def test_every_tutorial_has_a_page_that_shows_its_script():
         assert re.search(rf"^{script.stem}$", index, re.M), f"{page.name} not in the toctree"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s.stem in LONG
+                                    else s for s in SCRIPTS], ids=[s.stem for s in SCRIPTS])
 def test_tutorial_runs_at_its_small_size(script, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     proc = subprocess.run([sys.executable, str(script), "--small", "--out", str(tmp_path)],

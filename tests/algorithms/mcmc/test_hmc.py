@@ -145,6 +145,7 @@ def mean_and_mcse(draws):
     return flat.mean(0), flat.std(0), flat.std(0) / ess.sqrt()
 
 
+@pytest.mark.slow
 def test_agrees_with_pyro_nuts_on_bayesian_logistic_regression():
     mcmc_mod = pytest.importorskip("pyro.infer.mcmc")
     pyro = pytest.importorskip("pyro")

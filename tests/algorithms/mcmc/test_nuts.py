@@ -25,6 +25,7 @@ def run(alg, steps, burnin, data=None, **kwargs):
     return Runner(alg, data, store=MemoryStore(burnin=burnin), **kwargs).fit(steps)
 
 
+@pytest.mark.slow
 def test_recovers_correlated_gaussian():
     target, mean, cov = correlated_target(3)
     res = run(nuts.build(target, warmup=100), steps=400, burnin=100, seed=0, chains=4)
@@ -94,6 +95,7 @@ def test_no_mass_adaptation_keeps_unit_mass():
     assert torch.equal(s.inverse_mass, torch.ones(3, dtype=F64)) and s.step_size.shape == ()
 
 
+@pytest.mark.slow
 def test_blr_posterior_full_batch(blr):
     model, data, mean, cov = blr
     init = {"weight": torch.zeros(1, 3, dtype=F64)}  # the fixture's module is not seeded

@@ -146,6 +146,7 @@ def _blr_draws(alg_options, n, steps=3000, batch=32, seed=0):
     return torch.stack(draws), mean, sd
 
 
+@pytest.mark.slow
 def test_shipped_meta_parameters_on_a_2d_gaussian_find_the_mean_but_not_the_spread():
     """What the shipped L2E does with exact gradients on N([0.5, −1], diag(1, 0.3)²) (N = 1,
     its stored constants: grad_scale 50 000, code noise): 100 chains started at exact draws
@@ -165,6 +166,7 @@ def test_shipped_meta_parameters_on_a_2d_gaussian_find_the_mean_but_not_the_spre
     assert noise_sensitivity(alg, one, None)["dbeta_dr"] < 1e-3
 
 
+@pytest.mark.slow
 def test_shipped_meta_parameters_on_2d_regression_posteriors_are_off_scale():
     """With minibatch gradients (batch 32) the shipped sampler's spread is the minibatch
     noise's, not the posterior's: too narrow for N = 100 (0.57 / 0.35 of the exact stds with
@@ -178,6 +180,7 @@ def test_shipped_meta_parameters_on_2d_regression_posteriors_are_off_scale():
     assert (ratio > 0.5).all() and (ratio < 2.0).all(), ratio
 
 
+@pytest.mark.slow
 def test_momentum_form_samples_the_gaussian_but_heats_on_minibatches():
     """The constrained form (β = s·r, α = 0, grad_scale = N, paper noise, C = 10),
     meta-trained 10 minutes (``benchmarks/results/l2e-variants/momentum``): 100 chains

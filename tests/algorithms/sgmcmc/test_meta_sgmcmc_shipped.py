@@ -14,6 +14,7 @@ change of the sampler or of the shipped file shows up. Measured at the committed
 
 from pathlib import Path
 
+import pytest
 import torch
 from sampler_helpers import correlated_target
 from torch import nn
@@ -51,6 +52,7 @@ def test_shipped_networks_on_a_2d_gaussian_have_its_scale():
     assert (ratio > 0.7).all() and (ratio < 1.3).all(), ratio
 
 
+@pytest.mark.slow
 def test_shipped_networks_on_a_2d_regression_posterior_have_its_scale():
     """Minibatch gradients, N = 1 000: one chain is centred within 2 posterior stds and
     spread within a factor 1.6 of the exact stds (measured: 0.63-1.01 std off; stds

@@ -62,6 +62,7 @@ def test_named_tensors_can_carry_the_flow_and_bad_selections_fail_early():
         _quiet(advi, problem, flow_transforms=0)
 
 
+@pytest.mark.slow
 def test_advi_with_a_last_layer_flow_trains_a_network_and_its_draws_predict():
     data = bdlkit.data.load("digits")
     torch.manual_seed(0)
@@ -91,6 +92,8 @@ def _cli(*argv, kill_at=None):
                    timeout=600, env={"OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow  # three CLI processes, about 4 minutes; the in-process crash-resume of a
+# network flow family stays fast (test_a_spline_run_on_a_network_resumes_bit_exactly...)
 def test_fit_with_a_flow_on_the_last_layer_resumes_bit_exactly_after_kill_9(tmp_path):
     """The issue's acceptance: `bdlkit fit --method score_vi --family flow --model mlp
     --data digits` (40 steps here), killed with SIGKILL at step 25, then `--resume`."""

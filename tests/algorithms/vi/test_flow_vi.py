@@ -22,6 +22,7 @@ def _gaussian():
                          dtype=F64)
 
 
+@pytest.mark.slow
 def test_advi_with_a_flow_recovers_a_correlated_gaussian_from_a_standard_normal():
     result = bdlkit.infer(_gaussian(), "advi", family="flow", steps=600, lr=2e-2,
                           num_samples=16, start="init", init_std=1.0, seed=0, stl=True)
@@ -34,6 +35,7 @@ def test_advi_with_a_flow_recovers_a_correlated_gaussian_from_a_standard_normal(
 
 
 @pytest.mark.parametrize("method", ["advi", "score_vi"])
+@pytest.mark.slow
 def test_a_flow_run_resumes_bit_exactly_after_a_crash(method, tmp_path, monkeypatch):
     target = _gaussian()
     module = advi if method == "advi" else score_vi
@@ -110,6 +112,7 @@ def test_bad_flow_options_fail_before_any_step():
                      init=advi.build(_gaussian()).init(generator=torch.Generator()).lam)
 
 
+@pytest.mark.slow
 def test_score_vi_with_a_flow_learns_the_correlations_the_laplace_start_lacks():
     """From the diagonal Laplace start (covariance error 38 %) to a 5-D correlated
     Gaussian: the flow holds the correlations (measured 4.3 % after 300 steps)."""
@@ -163,6 +166,7 @@ def test_on_two_modes_8_sd_apart_score_vi_keeps_both_unevenly_and_advi_with_stl_
     assert 0.2 < left["advi"] < 0.8  # the full estimator keeps both (measured 0.452)
 
 
+@pytest.mark.slow
 def test_on_a_banana_score_vi_with_a_flow_beats_the_diagonal_family_in_kl():
     """Banana: x₁ ~ N(0, 2²), x₂ − ¼(x₁² − 4) ~ N(0, 1), normalised, so KL(q‖π) is
     E_q[log q − log π]. Same steps, draws and (Laplace) start; measured at 300 steps:

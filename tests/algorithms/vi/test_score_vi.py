@@ -131,6 +131,7 @@ def test_minibatch_gradients_average_to_the_full_batch_gradient(blr):
 
 # ------------------------------------------------------------------ the closed form
 @pytest.mark.parametrize("antithetic,samples", [(True, 2), (False, 4)])
+@pytest.mark.slow
 def test_centred_curvature_is_unbiased_and_blind_to_the_distance_from_the_mode(antithetic,
                                                                             samples):
     """E[â_i] = Λ_ii on N(m, Λ⁻¹) (Stein), and its spread does not grow with |μ_t − m|/σ_t:
@@ -185,6 +186,7 @@ def test_closed_form_reaches_the_mean_field_optimum_from_a_tiny_initial_sigma():
     assert kl["score_vi"] < 2.0 < 100.0 < kl["advi"]
 
 
+@pytest.mark.slow
 def test_closed_form_converges_when_the_stability_condition_holds():
     lam, m = correlated()
     lam_max = torch.linalg.eigvals(lam / torch.diagonal(lam)[:, None]).real.max().item()
@@ -237,6 +239,7 @@ def test_precision_floor_is_the_prior_precision_and_clipping_is_counted():
                for r in tree_leaves(state.lam.rho))
 
 
+@pytest.mark.slow
 def test_digits_default_has_map_accuracy_and_a_real_sigma():
     """Default score_vi (gradient solver = ADVI), 1000 steps: accuracy within 2 points of
     MAP and a σ that left its initial value (not a point estimate). Its NLL is higher than

@@ -20,6 +20,7 @@ MEANS = torch.linspace(-2, 2, 10, dtype=F64)
 @pytest.mark.parametrize(("method", "hyper"), [
     ("advi", {}), ("score_vi", {}), ("ivon", {}), ("score_vi", {"solver": "closed_form"}),
 ])
+@pytest.mark.slow
 def test_twenty_thousand_steps_recover_a_badly_scaled_gaussian(method, hyper):
     target = bdlkit.Target(lambda th: -0.5 * (((th - MEANS) / SDS) ** 2).sum(-1), 10,
                            dtype=F64)
