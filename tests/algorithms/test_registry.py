@@ -157,3 +157,47 @@ def test_flat_storage_is_a_declared_capability_with_its_method():
     bad.ALGORITHM, bad.KIND, bad.build = Flat, "optimizer", options.builder(Flat)
     with pytest.raises(TypeError, match="declares flat_storage but does not define flat_twin"):
         algorithms.register("toy", bad, "")
+
+
+def test_defaults_by_kind_of_problem_are_declared_applied_checked_and_shown(capsys):
+    """problem_defaults: the toy's lr on a Target differs from its field default; build
+    applies it unless lr is given, options() and fit --help show it, and register refuses an
+    unknown kind or option."""
+    from bdlkit.core.protocol import PROBLEM_KINDS
+
+    @dataclasses.dataclass(frozen=True)
+    class ByKind(toy_method.GradientAscent):
+        """Gradient ascent with a smaller lr on Targets.
+
+        Args:
+            lr: step size per datum.
+        """
+
+        problem_defaults = {"target": {"lr": 0.02}, "regression": {"direction": "descent"}}
+        name: str = "bykind"
+
+    target, _ = _gaussian()
+    build = options.builder(ByKind)
+    assert build(target).lr == 0.02 and build(target, lr=0.3).lr == 0.3
+    assert build(target).direction == "ascent"  # another kind's default does not apply
+    assert options.problem_kind(target) == "target" and "target" in PROBLEM_KINDS
+    assert options.problem_defaults(ByKind, object()) == {}  # not a Target nor a model
+    by_name = {o.name: o for o in options.options(ByKind)}
+    assert by_name["lr"].default == 0.1 and by_name["lr"].by_kind == {"target": 0.02}
+    module = types.ModuleType("bykind")
+    module.ALGORITHM, module.KIND, module.build = ByKind, "optimizer", build
+    algorithms.register("bykind", module, "")
+    try:
+        with pytest.raises(SystemExit):
+            main(["fit", "--method", "bykind", "--help"])
+        assert "(default 0.1; on a Target 0.02)" in " ".join(capsys.readouterr().out.split())
+    finally:
+        algorithms.unregister("bykind")
+    for declared, match in (({"targets": {"lr": 0.02}}, "unknown kind 'targets'"),
+                            ({"target": {"momentum": 0.9}}, "has no option 'momentum'")):
+        bad = dataclasses.make_dataclass("Bad", [], bases=(ByKind,), frozen=True)
+        bad.problem_defaults = declared
+        module.ALGORITHM, module.build = bad, options.builder(bad)
+        with pytest.raises(TypeError, match=match):
+            algorithms.register("bykind", module, "")
+    assert "bykind" not in algorithms.METHODS

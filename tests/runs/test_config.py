@@ -357,3 +357,22 @@ def test_yaml_date_or_folder_is_bad_input(tmp_path):
         load_yaml(path)
     with pytest.raises(InputError, match="is a folder"):
         load_yaml(tmp_path)
+
+
+def test_the_recorded_hyperparameters_are_those_of_the_problems_kind():
+    """config.yaml records what the run used: on a regression model sghmc's lr is its
+    regression default (problem_defaults), so "reproduce exactly" replays 0.002, not the
+    classification default 0.01."""
+    import torch
+
+    import bdlkit
+    from bdlkit.problems import Gaussian
+    from bdlkit.runs.config import resolved_hyper
+
+    net = torch.nn.Linear(1, 2)
+    regression = bdlkit.BayesianModel(net, likelihood=Gaussian(heteroscedastic=True),
+                                      num_data=10)
+    classification = bdlkit.BayesianModel(net, likelihood="categorical", num_data=10)
+    assert resolved_hyper("sghmc", {}, regression)["lr"] == pytest.approx(0.002)
+    assert resolved_hyper("sghmc", {}, classification)["lr"] == 0.01
+    assert resolved_hyper("sghmc", {"lr": 0.05}, regression)["lr"] == 0.05

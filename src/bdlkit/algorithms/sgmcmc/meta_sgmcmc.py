@@ -14,7 +14,11 @@ correction terms that keep π_T invariant; ``gamma="finite_difference"`` (the de
 authors' sampling rule) takes them from values of consecutive steps (step 0 by autograd),
 ``gamma="autograd"`` computes them exactly with one backward pass of the small networks per
 step. With Q_f ≡ 1 and D_f ≡ D this is SGHMC with lr = ε²·N and friction α = ε·D
-(``docs/meta_sgmcmc.md``, SGHMC limit).
+(``docs/meta_sgmcmc.md``, SGHMC limit). On a regression model ``step_mult`` defaults to
+sghmc's regression lr, 0.002 (``problem_defaults``,
+:data:`~bdlkit.algorithms.sgmcmc.common.REGRESSION_LR`): the shipped constant 0.007 was
+meta-trained on classification and diverged on a 300-point heteroscedastic regression
+(``bdlkit bench defaults``).
 
 ``meta_params`` is ``"pretrained"`` (bdlkit's shipped set,
 :func:`bdlkit.meta_sgmcmc.load_pretrained`), a path to a ``bdlkit meta-train meta-sgmcmc``
@@ -30,12 +34,17 @@ and two Q_f values (finite differences).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.sgmcmc.common import LearnedVersion, chain_start, loss_gradient
+from bdlkit.algorithms.sgmcmc.common import (
+    REGRESSION_LR,
+    LearnedVersion,
+    chain_start,
+    loss_gradient,
+)
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.meta_files import meta_digest as digest_of
@@ -103,6 +112,8 @@ class MetaSGMCMC(LearnedVersion, Sampler):
     d_q_mult: float | None = None
     name: str = "meta_sgmcmc"
     step_size_param: ClassVar[str] = "eps"
+    problem_defaults: ClassVar[dict[str, dict[str, Any]]] = {
+        "regression": {"step_mult": REGRESSION_LR / 10}}  # sghmc's lr there (lr = ε²·N)
     constants: dyn.Constants = field(init=False, repr=False, compare=False)
     scales: dyn.Scales = field(init=False, repr=False, compare=False)
     meta: dyn.MetaParams = field(init=False, repr=False, compare=False)
