@@ -57,3 +57,26 @@ def test_the_two_class_file_is_imbalanced_like_the_users(tmp_path: Path, pixels)
         assert np.bincount(f["y_test"]).tolist() == [400, 150]
         assert f["x_train"].shape == (624, 1, 28, 28)
         assert f["x_train"].max() == (255 if pixels else pytest.approx(1.0))
+
+
+def test_the_study_runs_a_users_own_regression_module_through_infer(monkeypatch):
+    """The own-module problems are in the full study and in --quick (hetero-300); a row
+    scores the BMA against the training mean, and a run that diverges is a failed row
+    (not a crash of the suite)."""
+    from bdlkit.bench import defaults_own
+    from bdlkit.core.errors import NonFiniteError
+
+    assert "hetero-300" in defaults.QUICK_PROBLEMS and set(defaults_own.OWN_PROBLEMS) == {
+        "hetero-300", "homo-300"}
+    ds = defaults_own.own_data("hetero-300")
+    assert (ds.x_train.shape, ds.y_test.shape) == ((300, 1), (defaults_own.TEST,))
+    row = defaults_own.run_own("hetero-300", "map", epochs=20)
+    assert row["metric"] == "rmse" and row["verdict"] == "beats" and row["value"] < row["baseline"]
+
+    def diverge(*args, **kwargs):
+        raise NonFiniteError("sgld: the log density became NaN or infinite at step 7. Lower lr")
+
+    monkeypatch.setattr("bdlkit.infer", diverge)
+    failed = defaults_own.run_own("homo-300", "sgld")
+    assert failed["verdict"] == "fails" and failed["value"] is None
+    assert failed["health"].startswith("diverged: sgld: the log density became NaN")

@@ -16,7 +16,11 @@ accuracy, a regression run the training mean's test RMSE (in the targets' units)
 * ``yacht`` and ``concrete``: UCI regression (split 0), MLP with a learned noise σ.
 
 * ``two-class-255``: the same images as uint8 0..255 pixel values, as a user's file often
-  holds them (bdlkit scales uint8 inputs to [0, 1] on load: :mod:`bdlkit.data.scaling`).
+  holds them (bdlkit scales uint8 inputs to [0, 1] on load: :mod:`bdlkit.data.scaling`);
+* ``hetero-300`` and ``homo-300``: a user's own 300-point 1-D regression, own tanh
+  ``nn.Module`` and Gaussian likelihood (heteroscedastic; learned σ on low noise) through
+  ``bdlkit.infer(model, method, data=(x, y), epochs=200)`` in Python
+  (:mod:`bdlkit.bench.defaults_own`; a run that diverges fails).
 
 A run that fails after bdlkit said before it that a default cannot serve the problem (a
 :class:`~bdlkit.core.errors.DefaultsWarning`: ``fisher_vi`` on a network, inputs far from
@@ -38,13 +42,15 @@ import numpy as np
 import torch
 
 from bdlkit import algorithms
+from bdlkit.bench import defaults_own
 from bdlkit.bench.common import prepare_bench_out, warm_up, write_results
 from bdlkit.core.errors import DefaultsWarning
 from bdlkit.evaluation.health import trivial_baseline
 from bdlkit.runs.config import RunConfig
 
 DESCRIPTION = ("every method's defaults at --epochs 30 on digits, MNIST subsets, a two-class "
-               "set, CIFAR-10 with a CNN and UCI: beats the majority class / mean predictor?")
+               "set, CIFAR-10 with a CNN and UCI, and on a user's own regression module: "
+               "beats the majority class / mean predictor?")
 EPOCHS = 30
 TWO_CLASS = "two-class.npz"
 TWO_CLASS_255 = "two-class-255.npz"
@@ -67,7 +73,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("mnist-5000", "nuts"): "not run: nuts warns it is costly (4.0e8 parameter-rows, ~20 min)",
     ("cifar10-1000", "nuts"): "not run: up to 7 680 full-batch CNN gradients (~30+ min)",
 }
-QUICK_PROBLEMS = ("digits", "yacht")
+QUICK_PROBLEMS = ("digits", "yacht", "hetero-300")
 #: Left out of ``--quick`` (the smoke test): a minute of NUTS trees on digits alone.
 QUICK_SKIP = ("nuts",)
 COLUMNS = ["problem", "method", "metric", "value", "baseline", "verdict", "nll", "health",
@@ -76,19 +82,24 @@ COLUMNS = ["problem", "method", "metric", "value", "baseline", "verdict", "nll",
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
         echo: bool = True, methods: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Fit every method on every problem into ``out/runs/<problem>/<method>``; write the
-    table. ``quick``: digits and yacht only, without NUTS."""
+    """Fit every method on every problem into ``out/runs/<problem>/<method>`` (the
+    own-module problems in memory); write the table. ``quick``: digits, yacht and
+    hetero-300 only, without NUTS."""
     from bdlkit.runs import directory as run_module
 
     prepare_bench_out(out)
     warm_up()
     files = {TWO_CLASS: write_two_class(out / "runs" / TWO_CLASS),
              TWO_CLASS_255: write_two_class(out / "runs" / TWO_CLASS_255, pixels=255)}
-    problems = QUICK_PROBLEMS if quick else tuple(PROBLEMS)
+    problems = QUICK_PROBLEMS if quick else (*PROBLEMS, *defaults_own.OWN_PROBLEMS)
     chosen = methods or tuple(sorted(m for m in algorithms.METHODS
                                      if not (quick and m in QUICK_SKIP)))
     rows: list[dict[str, Any]] = []
     for problem in problems:
+        if problem in defaults_own.OWN_PROBLEMS:
+            rows += [defaults_own.run_own(problem, method, seed) for method in chosen]
+            echo_rows(rows[-len(chosen):], echo)
+            continue
         spec = dict(PROBLEMS[problem])
         spec["data"] = str(files.get(spec["data"], spec["data"]))
         baseline = None
@@ -106,12 +117,17 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 baseline = trivial_baseline(run_module.load_dataset(cfg))
             rows.append(row(problem, method, output.metrics, baseline, caught,
                             time.perf_counter() - start))
-            if echo:
-                r = rows[-1]
-                print(f"  {problem:<13} {method:<10} {r['metric']} {r['value']:.4f} "
-                      f"(baseline {r['baseline']:.4f}) {r['verdict']}", file=sys.stderr)
+            echo_rows(rows[-1:], echo)
     write(out, rows, quick, seed, command)
     return rows
+
+
+def echo_rows(rows: list[dict[str, Any]], echo: bool) -> None:
+    """Print each row's verdict to stderr as the suite goes (when ``echo``)."""
+    for r in rows if echo else ():
+        value = "-" if r["value"] is None else f"{r['value']:.4f}"  # None: diverged
+        print(f"  {r['problem']:<13} {r['method']:<10} {r['metric']} {value} "
+              f"(baseline {r['baseline']:.4f}) {r['verdict']}", file=sys.stderr)
 
 
 def row(problem: str, method: str, values: dict[str, Any], baseline: tuple[str, float],
@@ -171,7 +187,9 @@ def write(out: Path, rows: list[dict[str, Any]], quick: bool, seed: int,
         "test labels, or the training mean's RMSE (`bdlkit.evaluation.health.trivial_baseline`); "
         "a run beats it with accuracy more than 1 point above, or a lower RMSE; `health`: the failed run-health checks (rhat, ess: a chain "
         "that has not mixed in 30 epochs; sigma: a VI σ still at its start; majority: no "
-        "better than the trivial predictor). Declared: "
+        "better than the trivial predictor; diverged: the run stopped with NonFiniteError). "
+        f"hetero-300 and homo-300 run `bdlkit.infer(model, M, data=(x, y), epochs="
+        f"{defaults_own.EPOCHS})` on a user's own module. Declared: "
         + "; ".join(sorted({r["declared"][0] for r in rows if r["declared"]})))
     write_results(out, "defaults", quick, command,
                   "every method's defaults against the trivial predictor",
