@@ -17,9 +17,10 @@ from bdlkit.core.errors import DefaultsWarning
 
 @pytest.mark.slow  # 2-3 minutes on 2 cores: `make test-slow` (the table is the committed bench)
 def test_the_quick_suite_beats_the_trivial_predictor_with_every_default(tmp_path: Path):
-    """digits and yacht at --epochs 30 with no option: each method beats the majority
-    class / mean predictor, or warned before the run (fisher_vi on a network, gsm on a
-    network regression: at seed 0 its yacht RMSE is 16.8 against the mean's 15.4)."""
+    """digits and yacht at --epochs 30 and the own-module hetero-300 through bdlkit.infer,
+    with no option: each method beats the majority class / mean predictor, or warned before
+    the run (fisher_vi on a network, gsm on a network regression: at seed 0 its yacht RMSE
+    is 16.8 against the mean's 15.4, its hetero-300 RMSE 0.88 against 0.84)."""
     rows = defaults.run(tmp_path, quick=True, echo=False)
     methods = sorted(m for m in algorithms.METHODS if m not in defaults.QUICK_SKIP)
     assert [(r["problem"], r["method"]) for r in rows] == [
@@ -28,7 +29,7 @@ def test_the_quick_suite_beats_the_trivial_predictor_with_every_default(tmp_path
            if r["verdict"] == "fails"]
     assert not bad
     assert all(r["verdict"] == "beats" for r in rows if r["method"] != "fisher_vi"
-               and (r["method"], r["problem"]) != ("gsm", "yacht"))
+               and (r["method"], r["problem"]) not in {("gsm", "yacht"), ("gsm", "hetero-300")})
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["counts"]["fails"] == 0 and len(saved["rows"]) == len(rows)
     assert "bdlkit bench defaults --quick" in (tmp_path / "results.md").read_text()
