@@ -91,7 +91,7 @@ def _prepare_chains_folder(out: Path, overwrite: bool, topology: Topology) -> No
     if topology.rank == 0:
         chains = tuple(p.name for p in out.glob("chain-*")) if out.is_dir() else ()
         out_folder.prepare_out(out, overwrite,
-                              entries=(*directory.RUN_ENTRIES, CHAINS_FILE, *chains))
+                              entries=(*out_folder.RUN_ENTRIES, CHAINS_FILE, *chains))
     distributed.barrier()
 
 
