@@ -155,13 +155,11 @@ def as_recorded(name: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]
         name: what :func:`load` takes.
         kwargs: the options for :func:`load`.
     """
-    suffix = Path(name).suffix.lower()
-    if suffix not in (".npz", ".csv"):
+    if Path(name).suffix.lower() not in (".npz", ".csv"):
         return name, dict(kwargs)
     path = os.path.abspath(os.path.expanduser(name))
-    if suffix == ".csv" and {"horizon", "lookback"} & set(kwargs):  # a time series
-        return path, dict(kwargs)
-    return path, {**scaling.OPTIONS, **kwargs}
+    return path, ({**scaling.OPTIONS, **kwargs} if scaling.applies(name, kwargs)
+                  else dict(kwargs))
 
 
 def load(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Any:

@@ -97,14 +97,19 @@ def warn_input_scale(x: torch.Tensor, path: Path) -> None:
             InputScaleWarning, stacklevel=caller_stacklevel())
 
 
+def applies(name: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether data set ``name`` with options ``kwargs`` takes the scaling options: a
+    ``.npz``/``.csv`` file that is not read as a time series (``horizon``/``lookback``)."""
+    return (isinstance(name, str) and Path(name).suffix.lower() in (".npz", ".csv")
+            and not {"horizon", "lookback"} & set(kwargs))
+
+
 def as_stored(values: dict[str, Any]) -> dict[str, Any]:
     """A stored run configuration (``config.yaml``'s mapping) with the scaling options of a
     file recorded before they existed set to what that run did (:data:`RECORDED_BEFORE`),
     so that evaluating, loading or resuming it feeds its network the inputs it was trained
     on. A new run's options are filled in with :data:`OPTIONS` when it is created."""
-    name, kwargs = values.get("data"), values.get("data_kwargs")
-    is_file = isinstance(name, str) and Path(name).suffix.lower() in (".npz", ".csv")
-    if not is_file or not isinstance(kwargs or {}, dict) or {"horizon", "lookback"} & set(
-            kwargs or {}):
+    kwargs = values.get("data_kwargs") or {}
+    if not isinstance(kwargs, dict) or not applies(values.get("data"), kwargs):
         return values
-    return {**values, "data_kwargs": {**RECORDED_BEFORE, **(kwargs or {})}}
+    return {**values, "data_kwargs": {**RECORDED_BEFORE, **kwargs}}
