@@ -30,6 +30,7 @@ from bdlkit.core.protocol import Algorithm, Problem
 from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree, index, num_draws
 from bdlkit.engine.collect import SampleStore
+from bdlkit.evaluation import arviz_export
 from bdlkit.evaluation.draw_predictions import (
     PredictiveSamples,
     bma_with_samples,
@@ -147,10 +148,9 @@ class Result:
                 names = ", ".join(list(samples)[:6])
                 raise ValueError(f"a network's draws are named tensors ({names}, ...): pick one "
                                  f"with result.chains_first(name), got {name!r}")
-            return samples[name][None]
-        if name is not None:
+        elif name is not None:
             raise ValueError("a Target's draws are one tensor; call chains_first() without name")
-        return samples[None] if samples.ndim == 2 else samples.transpose(0, 1)  # one chain
+        return arviz_export.chains_first(samples)["theta" if name is None else name]
 
     def sigma_summary(self) -> list[dict[str, float | str | int]] | None:
         """Per-tensor 10/50/90 % quantiles of a diagonal-Gaussian VI result's σ, then a row
@@ -302,8 +302,6 @@ class Result:
         of a VI approximation as one chain. ``sample_stats``: ``lp`` for a Target. With
         ``x``, ``posterior_predictive``: each draw's predictive at ``x`` (``probs``, or
         ``mean`` and ``std``). Needs ArviZ (``pip install 'bdlkit[diagnostics]'``)."""
-        from bdlkit.evaluation import arviz_export
-
         arviz_export.import_arviz()  # a clear ImportError before any work
         if self.kind == "optimizer":
             raise ValueError("an optimiser's result is one point, with no posterior draws; "
