@@ -288,7 +288,7 @@ def frozen_pixels(ds: Dataset) -> np.ndarray | None:
     if not frozen.any():
         return None
     per_image = math.prod(ds.x_test.shape[1:])
-    count = int(np.broadcast_to(frozen, ds.x_test.shape[1:]).sum())
+    count = _count(frozen, ds)
     if count > per_image / 2:
         raise ValueError(
             f"{ds.name}: {count} of {per_image} input values are standardised by a std below "
@@ -302,7 +302,11 @@ def frozen_pixels(ds: Dataset) -> np.ndarray | None:
 def frozen_count(ds: Dataset) -> int:
     """How many input values per image :func:`corrupt_dataset` leaves uncorrupted
     (:func:`frozen_pixels`); 0 for data normalised per channel."""
-    frozen = frozen_pixels(ds)
+    return _count(frozen_pixels(ds), ds)
+
+
+def _count(frozen: np.ndarray | None, ds: Dataset) -> int:
+    """How many of an image's input values the mask ``frozen`` covers (0 for None)."""
     return 0 if frozen is None else int(np.broadcast_to(frozen, ds.x_test.shape[1:]).sum())
 
 
@@ -342,7 +346,7 @@ def corrupt_dataset(
         "table": table,
         "constant": SEVERITIES[table][name][severity - 1],
         "split": "test",
-        "frozen_pixels": frozen_count(ds),
+        "frozen_pixels": _count(frozen, ds),
         "reference": "Hendrycks & Dietterich (ICLR 2019); MNIST-C (Mu & Gilmer 2019)",
     }
     return dataclasses.replace(ds, x_test=x_test, meta={**ds.meta, "corruption": record})
