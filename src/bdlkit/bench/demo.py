@@ -17,7 +17,7 @@ from typing import Any
 
 from bdlkit import algorithms
 from bdlkit.bench import digits
-from bdlkit.runs.compare import aligned_table
+from bdlkit.runs.compare import Column, aligned_table, cell
 
 #: Methods known to be weak on networks, each with its one-line reason.
 WEAK_ON_NETWORKS: dict[str, str] = {
@@ -28,24 +28,23 @@ WEAK_ON_NETWORKS: dict[str, str] = {
     "bam": "designed for exact scores: a heuristic on minibatches (score-VI paper: fails "
            "on large networks)",
 }
-#: (row key, header, format) of the demo's table.
-COLUMNS = (("method", "method", None), ("kind", "kind", None),
-           ("accuracy", "accuracy", ".4f"), ("nll", "NLL", ".4f"), ("ece", "ECE", ".4f"),
-           ("train_s", "train (s)", ".2f"), ("eval_s", "eval (s)", ".2f"))
+#: The demo's table (the columns of :mod:`bdlkit.runs.compare`'s tables).
+COLUMNS = (Column("method", "method"), Column("kind", "kind"),
+           Column("accuracy", "accuracy", ".4f"), Column("nll", "NLL", ".4f"),
+           Column("ece", "ECE", ".4f"), Column("train_s", "train (s)", ".2f"),
+           Column("eval_s", "eval (s)", ".2f"))
 
 
 def methods(include_weak: bool = False) -> list[str]:
     """The registered methods the demo runs (in name order): those the digits suite runs,
     without :data:`WEAK_ON_NETWORKS` unless ``include_weak``."""
-    return sorted(m for m in algorithms.METHODS if m not in digits.SKIP
-                  and (include_weak or m not in WEAK_ON_NETWORKS))
+    return [m for m in digits.runnable() if include_weak or m not in WEAK_ON_NETWORKS]
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
     """The demo's table of ``rows`` (:func:`bdlkit.bench.digits.run`'s), aligned."""
-    body = [[str(r[key]) if fmt is None else format(r[key], fmt) for key, _, fmt in COLUMNS]
-            for r in rows]
-    return aligned_table([h for _, h, _ in COLUMNS], body, [f is not None for *_, f in COLUMNS])
+    body = [[cell(r[c.key], c.fmt) for c in COLUMNS] for r in rows]
+    return aligned_table([c.header for c in COLUMNS], body, [c.fmt is not None for c in COLUMNS])
 
 
 def notes(shown: Sequence[str], include_weak: bool) -> list[str]:

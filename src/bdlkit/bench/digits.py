@@ -72,6 +72,11 @@ COLUMNS = ["method", "kind", "steps", "accuracy", "nll", "ece", "brier", "train_
            "eval_s"]
 
 
+def runnable() -> list[str]:
+    """The registered methods the suite runs (all but :data:`SKIP`), in name order."""
+    return sorted(m for m in algorithms.METHODS if m not in SKIP)
+
+
 def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = None,
         command: str | None = None, echo: bool = True,
         methods: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -80,8 +85,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, steps: int | None = No
     from bdlkit.runs import directory as run_module
 
     steps = steps or (300 if quick else 1500)
-    chosen = sorted(m for m in algorithms.METHODS if m not in SKIP) if methods is None \
-        else list(methods)
+    chosen = runnable() if methods is None else list(methods)
     width = max(map(len, chosen), default=0)
     prepare_bench_out(out)
     warm_up()
