@@ -20,7 +20,7 @@ from bdlkit.algorithms.options import problem_defaults_errors, undocumented
 from bdlkit.algorithms.point import ensemble
 from bdlkit.algorithms.point import map as map_
 from bdlkit.algorithms.sgmcmc import csghmc, csgld, l2e, meta_sgmcmc, psgld, sghmc, sgld
-from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, ivon, score_vi
+from bdlkit.algorithms.vi import advi, bam, fisher_vi, gsm, ivon, mc_dropout, score_vi
 from bdlkit.core.errors import InputError
 from bdlkit.core.protocol import KINDS, AlgorithmBase, EnsembleBase, Variational
 
@@ -107,6 +107,8 @@ register("meta_sgmcmc", meta_sgmcmc,
          "Meta-SGMCMC: SGHMC with meta-learned curl and diffusion networks (Gong et al. 2019)")
 register("ensemble", ensemble,
          "deep ensemble: independently initialised MAP members (Lakshminarayanan 2017)")
+register("mc_dropout", mc_dropout,
+         "MC dropout: dropout training, a dropout mask per predictive draw (Gal 2016)")
 register("hmc", hmc,
          "full-batch HMC, MH-corrected, dual averaging (Neal 2011; Izmailov et al. 2021)")
 register("nuts", nuts,

@@ -3,6 +3,12 @@
 A plain stack of ``Linear -> activation`` layers followed by a linear output layer.
 Inputs of any trailing shape are flattened, so the same class serves tabular data
 (``in_features=d``) and images (``in_features=(c, h, w)``).
+
+``dropout=p > 0`` puts an ``nn.Dropout(p)`` before every ``Linear`` (the inputs too), the
+placement of Gal & Ghahramani's MC dropout. A :class:`~bdlkit.BayesianModel` evaluates the
+network in eval mode, so the layers act only under ``mc_dropout``, which draws their masks
+itself (``docs/methods/mc_dropout.md``); every other method sees the same network as
+without them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class MLP(nn.Module):
         out_features: output size (e.g. number of classes).
         hidden: widths of the hidden layers; ``()`` gives a linear model.
         activation: one of ``"relu"``, ``"tanh"``, ``"silu"``, ``"gelu"``.
+        dropout: the rate p in [0, 1) of a dropout layer before every ``Linear`` (0: none).
 
     ``forward`` maps ``(n, *in_shape)`` (or ``(n, prod(in_shape))``) to ``(n, out_features)``.
     """
@@ -39,6 +46,7 @@ class MLP(nn.Module):
         out_features: int,
         hidden: Sequence[int] = (100,),
         activation: str = "relu",
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
@@ -50,13 +58,16 @@ class MLP(nn.Module):
         self.in_dim = math.prod(self.in_shape)
         if self.in_dim <= 0 or out_features <= 0 or any(h <= 0 for h in hidden):
             raise ValueError("MLP sizes must be positive")
+        if isinstance(dropout, bool) or not 0 <= dropout < 1:
+            raise ValueError(f"MLP dropout must be a rate in [0, 1), got {dropout!r}")
         self.out_features = out_features
         layers: list[nn.Module] = []
         width = self.in_dim
+        drop: list[nn.Module] = [nn.Dropout(dropout)] if dropout > 0 else []
         for h in hidden:
-            layers += [nn.Linear(width, h), _ACTIVATIONS[activation]()]
+            layers += [*drop, nn.Linear(width, h), _ACTIVATIONS[activation]()]
             width = h
-        layers.append(nn.Linear(width, out_features))
+        layers += [*(nn.Dropout(dropout) for _ in drop), nn.Linear(width, out_features)]
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,0 +1,105 @@
+"""Where MC dropout drops: the ``Linear`` weights whose input columns it masks.
+
+A network with ``nn.Dropout`` layers: each must feed a ``Linear`` layer directly (the
+dropped activations are that layer's input columns), which a ``torch.fx`` trace of the
+module shows; the rate is the layer's own ``p`` unless ``rate`` overrides every layer. A
+network without dropout layers and a rate p > 0: the inputs of every ``Linear`` layer are
+dropped at p (Gal & Ghahramani's placement, before every weight layer). Only weights the
+posterior treats as random (``BayesianModel(bayesian=...)``) can carry a mask.
+
+``torch.fx`` is the tool for "which layer consumes this layer's output"; the module's
+registration order says nothing about the data flow of a custom ``forward``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from bdlkit.core.errors import InputError
+from bdlkit.families.dropout import Site
+
+DROPOUT_LAYERS = (nn.Dropout,)  # element-wise dropout (Dropout2d drops whole channels)
+ADD_LAYERS = "add dropout layers (the zoo's mlp: --model-kwargs dropout=0.05)"
+
+
+def check_rate(rate: Any) -> float | None:
+    """``rate`` as a float in [0, 1), or None (each dropout layer's own p)."""
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise InputError(f"mc_dropout: rate must be a number in [0, 1) (the probability of "
+                         f"dropping a unit), got {rate!r}; try rate=0.05")
+    return float(rate)
+
+
+def find_sites(module: nn.Module, bayesian: tuple[str, ...] | list[str],
+               rate: float | None) -> tuple[Site, ...]:
+    """The sites of ``module`` (module docstring), in the module's parameter order.
+
+    Args:
+        module: the network.
+        bayesian: the names of its random parameters.
+        rate: overrides every dropout layer's p; with no dropout layers, the rate at the
+            input of every ``Linear`` layer (required then, and > 0).
+    """
+    rate = check_rate(rate)
+    dropouts = {name for name, m in module.named_modules() if isinstance(m, DROPOUT_LAYERS)}
+    linears = {name for name, m in module.named_modules() if isinstance(m, nn.Linear)}
+    if not dropouts:
+        if not rate:
+            raise InputError(
+                f"mc_dropout: {type(module).__name__} has no dropout layers and the rate is "
+                f"{rate!r}, so nothing would be dropped: give a rate in (0, 1) to drop the "
+                f"inputs of every Linear layer (--rate 0.05), or {ADD_LAYERS}")
+        rates = {f"{name}.weight": rate for name in linears}
+    else:
+        rates = {f"{linear}.weight": rate if rate is not None else
+                 float(module.get_submodule(drop).p)
+                 for drop, linear in _fed_linears(module, dropouts, linears)}
+    sites = tuple(Site(name, rates[name]) for name in _ordered(module) if name in rates
+                  and name in set(bayesian))
+    if not sites:
+        raise InputError(
+            f"mc_dropout: no dropout site of {type(module).__name__} has a random weight: "
+            f"the Linear layers it drops into ({', '.join(sorted(rates)) or 'none'}) are not "
+            "among the Bayesian parameters; select them (bayesian='all') or " + ADD_LAYERS)
+    return sites
+
+
+def _ordered(module: nn.Module) -> list[str]:
+    return [name for name, _ in module.named_parameters()]
+
+
+def _fed_linears(module: nn.Module, dropouts: set[str],
+                 linears: set[str]) -> list[tuple[str, str]]:
+    """(dropout layer, the Linear layer it feeds) for every call of a dropout layer."""
+    try:
+        graph = torch.fx.symbolic_trace(module).graph
+    except Exception as err:  # noqa: BLE001 - fx raises many kinds on untraceable code
+        raise InputError(
+            f"mc_dropout: torch.fx cannot trace {type(module).__name__} to find the layers "
+            f"its dropout layers feed ({type(err).__name__}: {str(err)[:160]}); make its "
+            "forward traceable, or remove the dropout layers and give a rate to drop the "
+            "inputs of every Linear layer") from None
+    pairs = []
+    for node in graph.nodes:
+        if node.op != "call_module" or node.target not in dropouts:
+            continue
+        users = list(node.users)
+        fed = users[0] if len(users) == 1 else None
+        if fed is None or fed.op != "call_module" or fed.target not in linears \
+                or fed.args[:1] != (node,):
+            what = ", ".join(str(u.target) for u in users) or "nothing"
+            raise InputError(
+                f"mc_dropout: dropout layer {node.target!r} of {type(module).__name__} feeds "
+                f"{what}, not a single Linear layer; mc_dropout draws a mask as the zeroed "
+                "input columns of the Linear layer a dropout feeds: put each dropout directly "
+                "before a Linear layer")
+        pairs.append((str(node.target), str(fed.target)))
+    return pairs
+
+
+__all__ = ["DROPOUT_LAYERS", "check_rate", "find_sites"]

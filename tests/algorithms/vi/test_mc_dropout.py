@@ -1,0 +1,161 @@
+"""MC dropout: MAP at rate 0, masks at their rate, the predictive over masks, resume, intervals,
+ArviZ, and the refusals of a model it cannot drop units of."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from bdlkit import infer, models
+from bdlkit.algorithms import map as map_
+from bdlkit.algorithms import mc_dropout
+from bdlkit.core.errors import InputError
+from bdlkit.engine.callbacks import CallbackError, Hooks
+from bdlkit.engine.runner import Runner
+from bdlkit.evaluation.predictive import bma
+from bdlkit.families.dropout import BernoulliDropout, Site
+from bdlkit.problems import BayesianModel, Target
+
+
+def data(n=64, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g, dtype=dtype)
+    y = torch.sin(x.sum(1)) + 0.1 * torch.randn(n, generator=g, dtype=dtype)
+    return x, y
+
+
+def problem(dropout=0.2, dtype=torch.float64, likelihood="gaussian", **kw):
+    torch.manual_seed(0)
+    net = models.MLP(3, 1, hidden=(16,), dropout=dropout, **kw).to(dtype)
+    return BayesianModel(net, likelihood, prior=1.0, num_data=64)
+
+
+def test_rate_zero_takes_maps_steps_bit_for_bit():
+    model, (x, y) = problem(), data()
+    a, b = map_.build(model, lr=1e-2), mc_dropout.build(model, lr=1e-2, rate=0.0)
+    sa, sb = a.init(generator=torch.Generator()), b.init(generator=torch.Generator())
+    for i in range(20):
+        batch = (x[i % 4 * 16:(i % 4 + 1) * 16], y[i % 4 * 16:(i % 4 + 1) * 16])
+        sa, _ = a.step(sa, batch)
+        sb, _ = b.step(sb, batch)
+    for k, v in a.params(sa).items():
+        assert torch.equal(v, b.params(sb)[k]), k
+    assert not torch.equal(a.params(sa)["net.1.weight"], model.init_params()["net.1.weight"])
+
+
+def test_rate_zero_run_predicts_as_map():
+    x, y = data()
+    runs = [infer(problem(), m, data=(x, y), steps=30, seed=0, batch_size=16, lr=1e-2,
+                  progress=False, **kw) for m, kw in (("map", {}), ("mc_dropout", {"rate": 0.0}))]
+    maps, drop = (r.predictive(x, num_samples=8) for r in runs)
+    torch.testing.assert_close(drop.mean, maps.mean, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(drop.var, maps.var, rtol=1e-9, atol=1e-9)
+
+
+def test_sites_are_the_linear_layers_the_dropout_layers_feed():
+    alg = mc_dropout.build(problem(dropout=0.2))
+    assert alg.sites == (Site("net.1.weight", 0.2), Site("net.4.weight", 0.2))
+    assert mc_dropout.build(problem(dropout=0.2), rate=0.05).sites[0].rate == 0.05
+    plain = mc_dropout.build(problem(dropout=0.0), rate=0.1)  # every Linear's inputs
+    assert plain.sites == (Site("net.0.weight", 0.1), Site("net.2.weight", 0.1))
+
+
+def test_masks_drop_columns_at_the_rate_and_keep_the_mean():
+    """Each column is zeroed with probability p (a binomial count within 4.5 SDs) and the
+    kept ones are scaled by 1/(1-p), so the draws average to M (a CLT bound)."""
+    torch.manual_seed(1)
+    m = {"w": torch.randn(5, 40, dtype=torch.float64), "b": torch.randn(5, dtype=torch.float64)}
+    p, n = 0.3, 400
+    draws = BernoulliDropout(m, (Site("w", p),)).sample(n, torch.Generator().manual_seed(0))
+    dropped = (draws["w"] == 0).all(dim=1)  # (n, 40): whole columns
+    assert ((draws["w"] == 0) == dropped[:, None, :]).all()
+    count, total = int(dropped.sum()), dropped.numel()
+    assert abs(count - p * total) < 4.5 * math.sqrt(total * p * (1 - p))
+    kept = draws["w"][~dropped[:, None, :].expand_as(draws["w"])]
+    scaled = m["w"].expand(n, -1, -1)[~dropped[:, None, :].expand_as(draws["w"])] / (1 - p)
+    torch.testing.assert_close(kept, scaled)
+    se = m["w"].abs() * math.sqrt(p / (1 - p) / n)
+    assert ((draws["w"].mean(0) - m["w"]).abs() <= 4.5 * se + 1e-12).all()
+    assert torch.equal(draws["b"], m["b"].expand(n, -1))
+
+
+def test_the_predictive_averages_the_masked_networks():
+    x, y = data()
+    result = infer(problem(), "mc_dropout", data=(x, y), steps=40, seed=0, batch_size=16,
+                   lr=1e-2, progress=False)
+    draws = result.sample(16, generator=3)
+    one_by_one = [result.problem.predictive({k: v[i] for k, v in draws.items()}, x).mean
+                  for i in range(16)]
+    mixture = bma(result.problem, ({k: v[i] for k, v in draws.items()} for i in range(16)), x)
+    torch.testing.assert_close(mixture.mean, torch.stack(one_by_one).mean(0))
+    distinct = {tuple(d.flatten().tolist()[:5]) for d in one_by_one}
+    assert len(distinct) > 8  # different masks give different networks
+    spread = result.predictive(x, num_samples=64).var
+    no_masks = result.problem.predictive(result.params, x).var
+    assert (spread > no_masks.reshape(spread.shape)).float().mean() > 0.9
+
+
+class _StopAt(Hooks):
+    def on_log(self, event):
+        if event.step == 20:
+            raise OSError("stopped")
+
+
+def test_resume_is_bit_exact(tmp_path):
+    x, y = data()
+
+    def runner(run_dir, callbacks=None):
+        algorithm = mc_dropout.build(problem(), lr=1e-2)
+        return Runner(algorithm, (x, y), steps=40, seed=3, batch_size=16, run_dir=run_dir,
+                      log_every=5, checkpoint_every=10, callbacks=callbacks)
+
+    straight = runner(tmp_path / "full").fit()
+    with pytest.raises(CallbackError):
+        runner(tmp_path / "cut", [_StopAt()]).fit()
+    resumed = runner(tmp_path / "cut").fit(resume=True)
+    for k, v in straight.params.items():
+        assert torch.equal(v, resumed.params[k]), k
+    assert torch.equal(straight.state.rng_state, resumed.state.rng_state)  # the mask stream
+    a, b = straight.sample(4, generator=0), resumed.sample(4, generator=0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_intervals_and_arviz():
+    x, y = data()
+    result = infer(problem(), "mc_dropout", data=(x, y), steps=40, seed=0, batch_size=16,
+                   lr=1e-2, progress=False)
+    lo, hi = result.intervals(x[:10], level=0.9, num_samples=32)
+    assert (lo < hi).all()
+    idata = result.to_arviz(x[:10], num_samples=20)
+    weight = idata.posterior["net.1.weight"]
+    assert weight.sizes["draw"] * weight.sizes["chain"] == 20
+    assert float((weight == 0).all("net.1.weight_dim_0").mean()) > 0.05  # dropped columns
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: mc_dropout.build(problem(dropout=0.0)), "no dropout layers"),
+    (lambda: mc_dropout.build(problem(dropout=0.0), rate=0.0), "no dropout layers"),
+    (lambda: mc_dropout.build(problem(dropout=0.1), rate=1.0), r"in \[0, 1\)"),
+    (lambda: mc_dropout.build(problem(dropout=0.1), rate=-0.1), r"in \[0, 1\)"),
+    (lambda: mc_dropout.build(Target(lambda t: -(t ** 2).sum(-1), dim=2)), "BayesianModel"),
+])
+def test_refuses_what_it_cannot_drop(build, match):
+    with pytest.raises(InputError, match=match):
+        build()
+
+
+def test_refuses_a_dropout_that_does_not_feed_a_linear_layer():
+    net = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.1), nn.ReLU(), nn.Linear(8, 1))
+    model = BayesianModel(net, "gaussian", prior=1.0, num_data=10)
+    with pytest.raises(InputError, match="feeds 2, not a single Linear layer"):
+        mc_dropout.build(model)
+
+
+def test_only_random_weights_carry_masks():
+    torch.manual_seed(0)
+    net = models.MLP(3, 1, hidden=(8,), dropout=0.1)
+    model = BayesianModel(net, "gaussian", prior=1.0, num_data=10, bayesian="last_layer")
+    assert [s.weight for s in mc_dropout.build(model).sites] == ["net.4.weight"]
