@@ -31,6 +31,7 @@ from bdlkit.bench import (
     startup,
     synthetic,
     timeseries,
+    uci,
     vision,
 )
 
@@ -54,6 +55,7 @@ SUITES: dict[str, Suite] = {
     "timeseries": timeseries.run,
     "defaults": defaults.run,
     "vision": vision.run,
+    "uci": uci.run,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -73,6 +75,7 @@ DESCRIPTIONS: dict[str, str] = {
     "timeseries": timeseries.DESCRIPTION,
     "defaults": defaults.DESCRIPTION,
     "vision": vision.DESCRIPTION,
+    "uci": uci.DESCRIPTION,
 }
 
 
@@ -86,7 +89,7 @@ def get_suite(name: str) -> Suite:
 ROW_SUITES = ("synthetic",)
 #: Suites that can run a subset of their settings (``--settings``), their other cells reused
 #: from the same folder (``cells/``) when a run without it writes the whole table.
-SETTINGS_SUITES = ("bnn-lowdata",)
+SETTINGS_SUITES = ("bnn-lowdata", "uci")
 #: Suites that can run a subset of their rows (``--rows``), side by side, into a new folder.
 METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS),
                  "timeseries": tuple(timeseries.ROWS),

