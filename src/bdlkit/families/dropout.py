@@ -37,10 +37,12 @@ from bdlkit.core.tree import TensorTree, stack
 @dataclass(frozen=True)
 class Site:
     """The input columns of the weight ``weight`` (a ``Linear``'s, out × in) are dropped
-    at rate ``rate`` in [0, 1)."""
+    at rate ``rate`` in [0, 1); ``layer`` is the ``nn.Dropout`` that feeds it (None where
+    the network has no dropout layers and the mask is applied to the weight alone)."""
 
     weight: str
     rate: float
+    layer: str | None = None
 
 
 def keep_threshold(rate: float) -> float:

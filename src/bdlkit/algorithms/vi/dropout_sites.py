@@ -13,6 +13,8 @@ registration order says nothing about the data flow of a custom ``forward``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -54,17 +56,17 @@ def find_sites(module: nn.Module, bayesian: tuple[str, ...] | list[str],
                 f"mc_dropout: {type(module).__name__} has no dropout layers and the rate is "
                 f"{rate!r}, so nothing would be dropped: give a rate in (0, 1) to drop the "
                 f"inputs of every Linear layer (--rate 0.05), or {ADD_LAYERS}")
-        rates = {f"{name}.weight": rate for name in linears}
+        found = {f"{name}.weight": (rate, None) for name in linears}
     else:
-        rates = {f"{linear}.weight": rate if rate is not None else
-                 float(module.get_submodule(drop).p)
+        found = {f"{linear}.weight": (rate if rate is not None else
+                                      float(module.get_submodule(drop).p), drop)
                  for drop, linear in _fed_linears(module, dropouts, linears)}
-    sites = tuple(Site(name, rates[name]) for name in _ordered(module) if name in rates
+    sites = tuple(Site(name, *found[name]) for name in _ordered(module) if name in found
                   and name in set(bayesian))
     if not sites:
         raise InputError(
             f"mc_dropout: no dropout site of {type(module).__name__} has a random weight: "
-            f"the Linear layers it drops into ({', '.join(sorted(rates)) or 'none'}) are not "
+            f"the Linear layers it drops into ({', '.join(sorted(found)) or 'none'}) are not "
             "among the Bayesian parameters; select them (bayesian='all') or " + ADD_LAYERS)
     return sites
 
@@ -102,4 +104,27 @@ def _fed_linears(module: nn.Module, dropouts: set[str],
     return pairs
 
 
-__all__ = ["DROPOUT_LAYERS", "check_rate", "find_sites"]
+@contextmanager
+def layers_active(module: nn.Module, sites: tuple[Site, ...], seed: int) -> Iterator[None]:
+    """The sites' dropout layers in train mode at their sites' rates, drawing from torch's
+    RNG seeded with ``seed`` (forked: the caller's RNG state is untouched); restored after."""
+    layers = {site.layer: site.rate for site in sites if site.layer is not None}
+    saved = {name: (module.get_submodule(name).training, module.get_submodule(name).p)
+             for name in layers}
+    devices = sorted({p.device.index for p in module.parameters() if p.device.type == "cuda"})
+    try:
+        for name, rate in layers.items():
+            layer = module.get_submodule(name)
+            layer.train(True)
+            layer.p = rate
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        for name, (training, p) in saved.items():
+            layer = module.get_submodule(name)
+            layer.train(training)
+            layer.p = p
+
+
+__all__ = ["DROPOUT_LAYERS", "check_rate", "find_sites", "layers_active"]

@@ -4,24 +4,32 @@ Y. Gal, Z. Ghahramani, "Dropout as a Bayesian Approximation: Representing Model
 Uncertainty in Deep Learning"; derivation in ``docs/methods/mc_dropout.md``. The family
 q(W) (:mod:`bdlkit.families.dropout`) drops the input columns of chosen ``Linear``
 weights M at rate p (:mod:`.dropout_sites`: the network's dropout layers, or every
-``Linear`` at ``rate``). Each step draws one mask z per site and takes MAP's step on the
-per-datum loss at the masked weights (chain rule through W = M·diag(z)/(1 − p))::
+``Linear`` at ``rate``): W = M·diag(z)/(1 − p), z_j ~ Bernoulli(1 − p). Each step takes
+MAP's step on a stochastic gradient of Gal's objective E_z[−log p(D | W)] + KL::
 
-    W_t = M_t · diag(z_t)/(1 − p),                 z_tj ~ Bernoulli(1 − p)
-    g_t = −∇_M value(W_t, B_t) / N_eff  =  −(∇_W value(W_t, B_t) / N_eff) · z_t/(1 − p)
-    M_{t+1} = M_t + optimizer_update(g_t)
+    g_t = −∇_M [ value(W(z_t), B_t) ] / N_eff,        M_{t+1} = M_t + optimizer_update(g_t)
 
-an unbiased gradient of Gal's objective E_z[−log p(D | W)] + KL: the problem's Gaussian
-prior N(0, σ0²) evaluated at W is, in expectation, ‖M‖²/(2σ0²(1 − p)), Gal's weight decay
-l²(1 − p)/2·‖M'‖² in the inverted-dropout scaling M' = M/(1 − p) with prior length-scale
-l = 1/σ0. So the weight decay comes from the prior (``prior=σ0``), nothing else.
+* **network with dropout layers**: its own layers draw a mask per example (ordinary dropout
+  training), in train mode for this call only, from torch's RNG forked and seeded with
+  ``fold_in(mask_seed, t)``; the prior's part is taken in expectation over the masks,
+  E_z[log p(W)] = log p(M) − P·p/(2(1 − p))·‖M‖² for N(m0, σ0²) with P = 1/(σ0² T) (exact:
+  E[W²] = M²/(1 − p)), so the masked weights' score gains −P·p/(1 − p)·M.
+* **network without dropout layers** (``rate`` > 0): one mask per step, applied to the
+  weight columns (W_t = M_t·diag(z_t)/(1 − p), the chain rule gives
+  ∇_M = ∇_W value(W_t)·z_t/(1 − p), the prior evaluated at W_t): the same expected
+  gradient, with the variance of one mask shared by the minibatch.
 
-Regression noise: the likelihood says it, as for every method (``gaussian`` learns σ with
-the weights, ``gaussian:<σ>`` fixes it; Gal's τ = 1/σ² chosen on validation is a sweep over
-fixed σ: ``bdlkit bench uci`` does it). Prediction: each draw of the result is one mask of
-every site (one forward pass per draw); ``Result.predict(x, num_samples=T)`` averages T.
+In expectation ‖M‖²/(2σ0²(1 − p)) is Gal's weight decay l²(1 − p)/2·‖M′‖² in the
+inverted-dropout scaling M′ = M/(1 − p) with prior length-scale l = 1/σ0: the weight decay
+comes from the prior (``prior=σ0``), nothing else. Regression noise: the likelihood says it,
+as for every method (``gaussian`` learns σ with the weights, ``gaussian:<σ>`` fixes it;
+Gal's τ = 1/σ² chosen on validation is a sweep over fixed σ). Prediction: each draw of the
+result is one mask of every site applied to the weights (one forward pass per draw; each
+point's predictive mixture is the one per-example masks give);
+``Result.predict(x, num_samples=T)`` averages T. Masks come from ``fold_in(mask_seed,
+step)`` (:func:`bdlkit.core.rng.fold_in`), so a resumed run draws the same masks.
 
-At rate 0 every mask keeps everything and the step is MAP's, bit for bit.
+At rate 0 no unit is dropped and the step is MAP's, bit for bit.
 """
 
 from __future__ import annotations
@@ -32,13 +40,13 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.vi.dropout_sites import check_rate, find_sites
+from bdlkit.algorithms.vi.dropout_sites import check_rate, find_sites, layers_active
 from bdlkit.core import rng
 from bdlkit.core.errors import InputError
 from bdlkit.core.optim import AdamState, SGDState, make_optimizer
 from bdlkit.core.protocol import LOG_PROB, Batch, Info, Problem, Variational
 from bdlkit.core.schedules import Schedule, resolve
-from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass, tree_map
+from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass
 from bdlkit.families.dropout import BernoulliDropout, Site, apply_scales, column_scales
 from bdlkit.problems import BayesianModel
 
@@ -49,7 +57,7 @@ KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 class MCDropoutState:
     params: TensorTree  # M, the weights before masking
     opt_state: AdamState | SGDState
-    rng_state: Any  # the mask generator's state
+    mask_seed: int  # step t's masks come from rng.fold_in(mask_seed, t)
     step: int
 
 
@@ -98,20 +106,36 @@ class MCDropout(Variational):
     def init(self, params: TensorTree | None = None, *,
              generator: torch.Generator) -> MCDropoutState:
         params = detach_clone(self.problem.init_params(generator) if params is None else params)
-        masks = rng.split(generator, device=device_of(params))
-        return MCDropoutState(params=params, opt_state=self._opt.init(params),
-                              rng_state=rng.state_of(masks), step=0)
+        seed = int(torch.randint(0, 2 ** 62, (), generator=generator))
+        return MCDropoutState(params=params, opt_state=self._opt.init(params), mask_seed=seed,
+                              step=0)
+
+    @property
+    def per_example(self) -> bool:
+        """Whether training masks come per example from the network's own dropout layers
+        (else one mask per step on the weights; module docstring)."""
+        return all(site.layer is not None for site in self._sites)
 
     def step(self, state: MCDropoutState, batch: Batch) -> tuple[MCDropoutState, Info]:
-        gen = rng.from_state(state.rng_state, device=device_of(state.params))
-        scales = column_scales(state.params, self._sites, gen)
-        value, score = self.problem.value_and_score(apply_scales(state.params, scales), batch)
-        per_datum = -1.0 / self.problem.effective_num_data
-        grads = {k: s * per_datum * scales[k] if k in scales else s * per_datum
-                 for k, s in score.items()}
+        seed, problem = rng.fold_in(state.mask_seed, state.step), self.problem
+        per_datum = -1.0 / problem.effective_num_data
+        if self.per_example:
+            with layers_active(problem.module, self._sites, seed):
+                value, score = problem.value_and_score(state.params, batch)
+            precision = 1.0 / (problem.prior.scale ** 2 * problem.temperature)
+            shrink = {site.weight: precision * site.rate / (1.0 - site.rate)
+                      for site in self._sites}  # E_z of the prior at W, beyond log p(M)
+            grads = {k: (s - shrink[k] * state.params[k]) * per_datum if k in shrink
+                     else s * per_datum for k, s in score.items()}
+        else:
+            gen = rng.generator(seed, device=device_of(state.params))
+            scales = column_scales(state.params, self._sites, gen)
+            value, score = problem.value_and_score(apply_scales(state.params, scales), batch)
+            grads = {k: s * per_datum * scales[k] if k in scales else s * per_datum
+                     for k, s in score.items()}
         params, opt_state = self._opt.apply(grads, state.opt_state, state.params,
                                             resolve(self.lr, state.step))
-        new = MCDropoutState(params=params, opt_state=opt_state, rng_state=rng.state_of(gen),
+        new = MCDropoutState(params=params, opt_state=opt_state, mask_seed=state.mask_seed,
                              step=state.step + 1)
         return new, {LOG_PROB: value}
 
@@ -120,7 +144,7 @@ class MCDropout(Variational):
         return state.params
 
     def approximation(self, state: MCDropoutState) -> BernoulliDropout:
-        return BernoulliDropout(params=tree_map(lambda p: p, state.params), sites=self._sites)
+        return BernoulliDropout(params=state.params, sites=self._sites)
 
 
 build = builder(MCDropout)
