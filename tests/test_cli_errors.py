@@ -132,6 +132,14 @@ CASES = {
     "lr-inf": (_args("--lr", "inf"), ["--lr", "finite"]),
     "lr-abc": (_args("--lr", "abc"), ["--lr", "'abc'"]),
     "members-2.5": (_args("--members", "2.5", method="ensemble"), ["--members", "integer"]),
+    # MC dropout on a network it cannot drop units of, a rate outside [0, 1), a UCI name
+    "mc-dropout-no-layers": (_args("--data", "uci/yacht", method="mc_dropout"),
+                             ["no dropout layers", "--rate 0.05", "dropout=0.05"]),
+    "mc-dropout-rate-0": (_args("--data", "uci/yacht", "--rate", "0", method="mc_dropout"),
+                          ["no dropout layers", "rate is 0.0"]),
+    "mc-dropout-rate-1": (_args("--data", "uci/yacht", "--rate", "1", method="mc_dropout"),
+                          ["rate must be a number in [0, 1)", "try rate=0.05"]),
+    "uci-unknown-set": (_args("--data", "uci/yaht"), ["'yaht'", "yacht (yacht)"]),
     # cases that were one line already
     "unknown-method": (lambda tmp: ["fit", "--method", "sgdl", "--out", str(tmp / "o")],
                        ["'sgdl'"]),

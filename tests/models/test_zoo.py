@@ -89,6 +89,21 @@ def test_mlp_flattens_and_validates():
         MLP(3, 2, activation="sigmoid")
 
 
+def test_mlp_dropout_goes_before_every_linear_and_is_off_in_eval_mode():
+    torch.manual_seed(0)
+    m = MLP(4, 1, hidden=(8, 8), dropout=0.2)
+    kinds = [type(layer).__name__ for layer in m.net]
+    assert kinds == ["Dropout", "Linear", "ReLU"] * 2 + ["Dropout", "Linear"]
+    plain = MLP(4, 1, hidden=(8, 8))
+    plain.load_state_dict({k.replace("net.1.", "net.0.").replace("net.4.", "net.2.")
+                           .replace("net.7.", "net.4."): v for k, v in m.state_dict().items()})
+    x = torch.randn(5, 4)
+    assert torch.equal(m.eval()(x), plain.eval()(x))
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="dropout"):
+            MLP(4, 1, dropout=bad)
+
+
 def test_resnet20_frn_parameter_count():
     assert n_params(resnet20_frn()) == 271_098
     assert n_params(ResNetFRN(depth=20, num_classes=10, in_channels=3, width=16)) == 271_098

@@ -100,7 +100,7 @@ def make_plan(quick: bool) -> Plan:
     """The full plan, or ``--quick``'s (module docstring)."""
     if quick:
         return Plan(("yacht", "boston", "energy"), 3, 300)
-    return Plan(DATASETS, None, 600)
+    return Plan(DATASETS, None, 1000)
 
 
 def hidden_units(name: str) -> int:
