@@ -47,8 +47,7 @@ class Site:
 
 def keep_threshold(rate: float) -> float:
     """c with P(ε > c) = 1 − ``rate`` for ε ~ N(0, 1): a column is kept when its normal
-    exceeds c (−∞ at rate 0: every column kept). Masks come from normals so that a
-    compiled chunk's noise tape (:class:`bdlkit.core.rng.NoiseTape`) can supply them."""
+    exceeds c (−∞ at rate 0: every column kept)."""
     return -math.inf if rate == 0 else NormalDist().inv_cdf(rate)
 
 

@@ -19,6 +19,7 @@ from bdlkit.engine.runner import Runner
 from bdlkit.evaluation.predictive import bma
 from bdlkit.families.dropout import BernoulliDropout, Site
 from bdlkit.problems import BayesianModel, Target
+from bdlkit.problems.priors import IsotropicGaussian
 
 
 def data(n=64, seed=0, dtype=torch.float64):
@@ -30,8 +31,8 @@ def data(n=64, seed=0, dtype=torch.float64):
 
 def problem(dropout=0.2, dtype=torch.float64, likelihood="gaussian", **kw):
     torch.manual_seed(0)
-    net = models.MLP(3, 1, hidden=(16,), dropout=dropout, **kw).to(dtype)
-    return BayesianModel(net, likelihood, prior=1.0, num_data=64)
+    net = models.MLP(3, 1, hidden=(16,), dropout=dropout).to(dtype)
+    return BayesianModel(net, likelihood, **{"prior": 1.0, "num_data": 64, **kw})
 
 
 def test_rate_zero_takes_maps_steps_bit_for_bit():
@@ -79,21 +80,34 @@ def _sgd_gradients(model, draws, **kw):
     return torch.stack(grads)
 
 
-def test_per_example_and_per_step_masks_estimate_the_same_gradient():
+@pytest.mark.parametrize("options", [
+    {}, {"temperature": 0.5, "prior": IsotropicGaussian(1.0, mean="init"), "oracle": "module"}])
+def test_per_example_and_per_step_masks_estimate_the_same_gradient(options):
     """The layers' per-example masks (with the prior's expectation over masks) and one mask
     per step on the weights are unbiased for the same gradient: their means over 600 mask
     seeds agree within 5 standard errors, and the per-example one has the smaller variance."""
-    layered = problem(dropout=0.3)
+    layered = problem(dropout=0.3, **options)
     torch.manual_seed(0)
     plain_net = models.MLP(3, 1, hidden=(16,)).to(torch.float64)
     rename = {"net.1.": "net.0.", "net.4.": "net.2."}
     plain_net.load_state_dict({next((k.replace(a, b) for a, b in rename.items() if a in k), k): v
                                for k, v in layered.module.state_dict().items()})
-    plain = BayesianModel(plain_net, "gaussian", prior=1.0, num_data=64)
+    plain = BayesianModel(plain_net, "gaussian", **{"prior": 1.0, "num_data": 64, **options})
     a, b = _sgd_gradients(layered, 600), _sgd_gradients(plain, 600, rate=0.3)
     se = (a.var(0) / len(a) + b.var(0) / len(b)).sqrt()
     assert ((a.mean(0) - b.mean(0)).abs() <= 5 * se + 1e-12).all()
     assert a.var(0).sum() < b.var(0).sum()
+
+
+def test_each_step_draws_new_masks():
+    x, y = data(n=16)
+    for model, kw in ((problem(dropout=0.3), {}), (problem(dropout=0.0), {"rate": 0.3})):
+        alg = mc_dropout.build(model, lr=1.0, optimizer="sgd", momentum=0.0, **kw)
+        start = alg.init(generator=torch.Generator().manual_seed(0))
+        moves = [alg.step(dataclasses.replace(start, step=t), (x, y))[0].params for t in (0, 1)]
+        assert not all(torch.equal(moves[0][k], moves[1][k]) for k in moves[0])
+        again = alg.step(dataclasses.replace(start, step=1), (x, y))[0].params
+        assert all(torch.equal(moves[1][k], again[k]) for k in again)  # and the same on replay
 
 
 def test_masks_drop_columns_at_the_rate_and_keep_the_mean():
@@ -168,12 +182,23 @@ def test_intervals_and_arviz():
     assert float((weight == 0).all("net.1.weight_dim_0").mean()) > 0.05  # dropped columns
 
 
+def _with_layer_rates(p):
+    model = problem(dropout=0.1)
+    for layer in model.module.modules():
+        if isinstance(layer, nn.Dropout):
+            layer.p = p
+    return model
+
+
 @pytest.mark.parametrize("build, match", [
     (lambda: mc_dropout.build(problem(dropout=0.0)), "no dropout layers"),
     (lambda: mc_dropout.build(problem(dropout=0.0), rate=0.0), "no dropout layers"),
     (lambda: mc_dropout.build(problem(dropout=0.1), rate=1.0), r"in \[0, 1\)"),
     (lambda: mc_dropout.build(problem(dropout=0.1), rate=-0.1), r"in \[0, 1\)"),
     (lambda: mc_dropout.build(Target(lambda t: -(t ** 2).sum(-1), dim=2)), "BayesianModel"),
+    (lambda: mc_dropout.build(problem(dropout=0.1, buffers="batch_stats")), "buffers='frozen'"),
+    (lambda: mc_dropout.build(_with_layer_rates(0.0)), "p = 0"),
+    (lambda: mc_dropout.build(_with_layer_rates(1.0)), r"p = 1.0, outside \[0, 1\)"),
 ])
 def test_refuses_what_it_cannot_drop(build, match):
     with pytest.raises(InputError, match=match):

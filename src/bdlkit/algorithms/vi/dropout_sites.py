@@ -59,8 +59,12 @@ def find_sites(module: nn.Module, bayesian: tuple[str, ...] | list[str],
         found = {f"{name}.weight": (rate, None) for name in linears}
     else:
         found = {f"{linear}.weight": (rate if rate is not None else
-                                      float(module.get_submodule(drop).p), drop)
+                                      _layer_rate(module, drop), drop)
                  for drop, linear in _fed_linears(module, dropouts, linears)}
+        if rate is None and not any(r for r, _ in found.values()):
+            raise InputError(
+                f"mc_dropout: every dropout layer of {type(module).__name__} has p = 0, so "
+                "nothing would be dropped: give a rate in (0, 1) (--rate 0.05)")
     sites = tuple(Site(name, *found[name]) for name in _ordered(module) if name in found
                   and name in set(bayesian))
     if not sites:
@@ -69,6 +73,14 @@ def find_sites(module: nn.Module, bayesian: tuple[str, ...] | list[str],
             f"the Linear layers it drops into ({', '.join(sorted(found)) or 'none'}) are not "
             "among the Bayesian parameters; select them (bayesian='all') or " + ADD_LAYERS)
     return sites
+
+
+def _layer_rate(module: nn.Module, name: str) -> float:
+    p = module.get_submodule(name).p
+    if not 0 <= p < 1:
+        raise InputError(f"mc_dropout: dropout layer {name!r} has p = {p}, outside [0, 1): "
+                         "set it below 1 or override every layer with a rate (--rate 0.05)")
+    return float(p)
 
 
 def _ordered(module: nn.Module) -> list[str]:
@@ -107,18 +119,21 @@ def _fed_linears(module: nn.Module, dropouts: set[str],
 @contextmanager
 def layers_active(module: nn.Module, sites: tuple[Site, ...], seed: int) -> Iterator[None]:
     """The sites' dropout layers in train mode at their sites' rates, drawing from torch's
-    RNG seeded with ``seed`` (forked: the caller's RNG state is untouched); restored after."""
+    RNG seeded with ``seed`` (the CPU's and every initialised CUDA device's generator,
+    forked: the caller's RNG state is untouched); restored after."""
     layers = {site.layer: site.rate for site in sites if site.layer is not None}
     saved = {name: (module.get_submodule(name).training, module.get_submodule(name).p)
              for name in layers}
-    devices = sorted({p.device.index for p in module.parameters() if p.device.type == "cuda"})
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     try:
         for name, rate in layers.items():
             layer = module.get_submodule(name)
             layer.train(True)
             layer.p = rate
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)
+            for index in devices:
+                torch.cuda.default_generators[index].manual_seed(seed)
             yield
     finally:
         for name, (training, p) in saved.items():

@@ -11,7 +11,8 @@ MAP's step on a stochastic gradient of Gal's objective E_z[−log p(D | W)] + KL
 
 * **network with dropout layers**: its own layers draw a mask per example (ordinary dropout
   training), in train mode for this call only, from torch's RNG forked and seeded with
-  ``fold_in(mask_seed, t)``; the prior's part is taken in expectation over the masks,
+  ``fold_in(mask_seed, t)`` (every data-parallel rank seeds the same, so row j of each
+  shard shares a mask: unbiased, but results depend on the number of ranks); the prior's part is taken in expectation over the masks,
   E_z[log p(W)] = log p(M) − P·p/(2(1 − p))·‖M‖² for N(m0, σ0²) with P = 1/(σ0² T) (exact:
   E[W²] = M²/(1 − p)), so the masked weights' score gains −P·p/(1 − p)·M.
 * **network without dropout layers** (``rate`` > 0): one mask per step, applied to the
@@ -49,6 +50,7 @@ from bdlkit.core.schedules import Schedule, resolve
 from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass
 from bdlkit.families.dropout import BernoulliDropout, Site, apply_scales, column_scales
 from bdlkit.problems import BayesianModel
+from bdlkit.problems.priors import IsotropicGaussian
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 
@@ -97,6 +99,14 @@ class MCDropout(Variational):
         object.__setattr__(self, "_opt", make_optimizer(self.optimizer, **kwargs))
         object.__setattr__(self, "_sites", find_sites(
             self.problem.module, self.problem.bayesian_names, self.rate))
+        if type(self.problem.prior) is not IsotropicGaussian:
+            raise InputError("mc_dropout takes the prior in expectation over the masks, which "
+                             "it does for an isotropic Gaussian prior only; got "
+                             f"{type(self.problem.prior).__name__}")
+        if self.per_example and self.problem.buffers == "batch_stats":
+            raise InputError("mc_dropout: with buffers='batch_stats' the network runs in train "
+                             "mode, so its dropout layers would also drop, unseeded, at every "
+                             "prediction; use buffers='frozen' (the default)")
 
     @property
     def sites(self) -> tuple[Site, ...]:
