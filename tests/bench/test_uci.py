@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 
 from bdlkit import bench
 from bdlkit.bench import uci, uci_report
 from bdlkit.cli import main
 from bdlkit.core.errors import InputError
 from bdlkit.data.uci import UCI_FOLDERS, published_mc_dropout
+from bdlkit.evaluation.predictive import RegressionBMA
 
 
 def test_plans_follow_the_protocol():
@@ -28,7 +31,21 @@ def test_plans_follow_the_protocol():
 def test_the_published_mc_dropout_files_are_read_per_split():
     pub = published_mc_dropout("protein")
     assert len(pub["ll"]) == len(pub["rmse"]) == 5
-    assert len(published_mc_dropout("yacht")["ll"]) == 20
+    yacht = published_mc_dropout("yacht")
+    assert len(yacht["ll"]) == 20
+    assert yacht["rmse"].mean() < 0.8  # the MC mean's RMSE (one random mask's is 1.23)
+
+
+def test_scores_are_in_original_units():
+    y = torch.tensor([0.0, 1.0, -1.0, 2.0], dtype=torch.float64)
+    mean, var = torch.tensor([0.5, 1.0, -2.0, 2.0], dtype=torch.float64), torch.full((4,), 0.25)
+    log_density = -0.5 * (math.log(2 * math.pi) + var.log() + (y - mean) ** 2 / var)
+    bma = RegressionBMA(mean, var, 1, log_density)
+    got = uci_report.score(bma, y, y_std=2.0)
+    assert got["rmse"] == pytest.approx(2.0 * math.sqrt((0.25 + 0 + 1 + 0) / 4))
+    x_orig, m_orig = 2.0 * y + 7.0, 2.0 * mean + 7.0  # the same densities in original units
+    direct = -0.5 * (math.log(2 * math.pi) + (4 * var).log() + (x_orig - m_orig) ** 2 / (4 * var))
+    assert got["ll"] == pytest.approx(float(direct.mean()))
 
 
 def _records(name, label, lls):
@@ -44,16 +61,19 @@ def test_verdicts_are_paired_over_splits():
             "score_vi": _records("s", "score_vi", [r + 0.2 for r in ref.values()]),
             "score_vi_prox": _records("s", "score_vi_prox",
                                       [r + d for r, d in zip(ref.values(), (0.1, 0.12, 0.1, 0.11))])}
-    v = uci_report._verdicts(ours, ref)
+    val = {"map": -0.1, "mc_dropout": -0.3, "advi": -0.5, "score_vi": -0.6, "score_vi_prox": -0.2}
+    v = uci_report._verdicts(ours, ref, val)
     assert v["reproduces"]["verdict"] == "reproduced"
-    assert v["best"]["row"] == "advi" and v["best"]["beats"] and v["best"]["significant"]
+    assert v["best"]["row"] == "score_vi_prox"  # by validation LL (map is the control)
+    assert v["best"]["beats"] and v["best"]["significant"]
+    assert uci_report._verdicts(ours, ref, {**val, "advi": 0.0})["best"]["row"] == "advi"
     assert v["best"]["map_d"] == pytest.approx(-0.5)
     assert v["score_vi_vs_advi"]["verdict"] == "identical (the same fit)"
     assert v["score_vi_prox_vs_advi"]["verdict"] == "worse"
     worse = {**ours, "mc_dropout": _records("s", "mc_dropout",
                                             [r - d for r, d in zip(ref.values(), (0.3, 0.31, 0.29, 0.3))])}
-    assert uci_report._verdicts(worse, ref)["reproduces"]["verdict"] == "worse"
-    one = uci_report._verdicts({"mc_dropout": _records("s", "m", [-1.0])}, {0: -1.2})
+    assert uci_report._verdicts(worse, ref, val)["reproduces"]["verdict"] == "worse"
+    one = uci_report._verdicts({"mc_dropout": _records("s", "m", [-1.0])}, {0: -1.2}, {})
     assert one["reproduces"]["verdict"] == "inconclusive"  # one split has no SE
 
 
@@ -69,6 +89,7 @@ def test_a_tiny_plan_runs_end_to_end(tmp_path):
     assert saved["verdicts"]["yacht"]["score_vi_vs_advi"]["verdict"].startswith("identical")
     assert len(saved["tuning"]["yacht"]["tuning"]) == 3 + 4 + 3 + 3  # every grid point
     assert all(r["status"] == "ok" for r in saved["runs"])
+    assert set(saved["tuning"]["yacht"]["val_ll"]) == set(plan.methods)
     assert saved["tuning"]["yacht"]["chosen"]["mc_dropout"]["lr"] == \
         saved["tuning"]["yacht"]["chosen"]["map"]["lr"]  # it inherits MAP's lr
     text = (tmp_path / "results.md").read_text()
@@ -81,3 +102,6 @@ def test_an_unknown_data_set_is_refused(tmp_path, capsys):
     code = main(["bench", "uci", "--quick", "--settings", "bostn", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and "bostn" in err and "yacht" in err and "Traceback" not in err
+    code = main(["bench", "uci", "--quick", "--settings", "wine", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "drop --quick" in err and "Traceback" not in err

@@ -54,6 +54,7 @@ EVAL_DRAWS = 100
 PRIOR = 1.0
 VAL_FRACTION = 0.2
 LIKELIHOOD = "gaussian"  # σ learned: the one noise rule of every row
+CYCLES = 4  # csghmc's
 #: label -> (registered method, fixed options)
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "map": ("map", {}),
@@ -63,7 +64,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "score_vi_prox": ("score_vi", {"solver": "closed_form"}),
     "ivon": ("ivon", {}),
     "sghmc": ("sghmc", {}),
-    "csghmc": ("csghmc", {"cycles": 4, "samples_per_cycle": EVAL_DRAWS // 4}),
+    "csghmc": ("csghmc", {"cycles": CYCLES, "samples_per_cycle": EVAL_DRAWS // CYCLES}),
     "ensemble": ("ensemble", {"members": 5}),
 }
 #: one knob per row, three or four points; MC dropout's rates are Gal's grid
@@ -137,6 +138,7 @@ def fit_and_score(name: str, label: str, point: dict[str, Any], train: tuple, ev
                            steps=steps, seed=seed, batch_size=BATCH, progress=False,
                            **keep, **hyper)
         record["train_s"] = time.perf_counter() - start
+        record["epochs"] = steps * BATCH / len(x)
         if caught:
             record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:160]}"
                                          for w in caught})
@@ -148,20 +150,19 @@ def fit_and_score(name: str, label: str, point: dict[str, Any], train: tuple, ev
 
 
 def tune(plan: Plan, name: str, seed: int, echo: bool) -> dict[str, Any]:
-    """The chosen point of every row on ``name`` and the tuning records (module docstring)."""
+    """The chosen point of every row on ``name``, its validation log-likelihood (``val_ll``,
+    which ranks the rows for verdict (b)) and the tuning records (module docstring)."""
     ds = load_uci(name, split=0)
     cut = ds.num_train - max(1, round(VAL_FRACTION * ds.num_train))
     train, val = (ds.x_train[:cut], ds.y_train[:cut]), (ds.x_train[cut:], ds.y_train[cut:])
     y_std = float(ds.meta["y_std"])
     chosen: dict[str, dict[str, Any]] = {}
+    val_ll: dict[str, float] = {}
     records = []
     for label in plan.methods:
         base = dict(chosen.get(INHERITS.get(label, ""), {}))
-        grid = GRIDS.get(label, ({},)) if plan.tune else (
-            GRIDS.get(label, ({},))[len(GRIDS.get(label, ({},))) // 2],)
-        if len(grid) == 1:
-            chosen[label] = {**base, **grid[0]}
-            continue
+        grid = GRIDS.get(label, ({},))
+        grid = grid if plan.tune else (grid[len(grid) // 2],)
         runs = [{"phase": "tune", "point": {**base, **p}, **fit_and_score(
             name, label, {**base, **p}, train, val, y_std, plan.steps, seed)} for p in grid]
         records += runs
@@ -169,8 +170,11 @@ def tune(plan: Plan, name: str, seed: int, echo: bool) -> dict[str, Any]:
             for r in runs:
                 print("  tune " + report.echo_line(name, r), file=sys.stderr, flush=True)
         ok = [r for r in runs if r["status"] == "ok"]
-        chosen[label] = (max(ok, key=lambda r: r["ll"]) if ok else runs[0])["point"]
-    return {"chosen": chosen, "tuning": records}
+        best = max(ok, key=lambda r: r["ll"]) if ok else runs[0]
+        chosen[label] = best["point"]
+        if ok:
+            val_ll[label] = best["ll"]
+    return {"chosen": chosen, "val_ll": val_ll, "tuning": records}
 
 
 def run_split(plan: Plan, name: str, split: int, chosen: dict[str, dict[str, Any]],
@@ -200,7 +204,11 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     unknown = [s for s in only_settings if s not in DATASETS]
     if unknown:
         raise InputError(f"unknown UCI data set(s) {unknown} for suite 'uci'; valid: "
-                         f"{', '.join(DATASETS)} (e.g. --settings yacht boston)")
+                         f"{', '.join(DATASETS)} (e.g. --settings yacht,boston)")
+    outside = [s for s in only_settings if s not in plan.datasets]
+    if outside:
+        raise InputError(f"{', '.join(outside)} not in this plan of suite 'uci' (--quick runs "
+                         f"{', '.join(plan.datasets)}); drop --quick to run any of the nine")
     if only_settings:
         plan = dataclasses.replace(plan, datasets=tuple(d for d in plan.datasets
                                                         if d in only_settings))
@@ -218,17 +226,20 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             runs += cached_cell(out, f"{name}-{split}", {**key, "chosen": tuned["chosen"]},
                                 functools.partial(run_split, plan, name, split,
                                                   tuned["chosen"], seed, echo), echo)
-    analysis = report.analyse(runs, plan.datasets, plan.methods)
+    analysis = report.analyse(runs, plan.datasets, plan.methods,
+                              {name: t.get("val_ll", {}) for name, t in tuning.items()})
     settings = {"plan": dataclasses.asdict(plan), "seed": seed, "batch_size": BATCH,
                 "eval_draws": EVAL_DRAWS, "prior_scale": PRIOR, "likelihood": LIKELIHOOD,
                 "grids": GRIDS, "inherits": INHERITS, "methods": METHODS,
                 "val_fraction": VAL_FRACTION, "wall_s": time.perf_counter() - start}
-    setup = (f"MLP with one hidden layer of 50 ReLU units (100 for protein), prior N(0, 1), "
-             f"likelihood `gaussian` (σ learned) for every row, batch {BATCH}, {plan.steps} "
-             f"steps per run, {EVAL_DRAWS} predictive draws, "
+    setup = (f"MLP with one hidden layer of {hidden_units('yacht')} ReLU units "
+             f"({hidden_units('protein')} for protein), prior N(0, {PRIOR:g}), likelihood "
+             f"`{LIKELIHOOD}` (σ learned) for every row, batch {BATCH}, {plan.steps} steps per "
+             f"run (the epochs column), {EVAL_DRAWS} predictive draws, "
              f"{'all' if plan.splits is None else plan.splits} splits per set, hyperparameters "
-             f"{'tuned' if plan.tune else 'at the middle grid point'} on 20 % of the first "
-             f"split's training rows; wall time {settings['wall_s']:.0f} s")
+             f"{'tuned' if plan.tune else 'at the middle grid point'} on the last "
+             f"{VAL_FRACTION:.0%} of the first split's training rows; wall time "
+             f"{settings['wall_s']:.0f} s")
     write_results(out, "uci", quick, command, "UCI regression against the published tables",
                   setup, analysis["rows"], {"settings": settings, "verdicts":
                                             analysis["verdicts"], "runs": runs,

