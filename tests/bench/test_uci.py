@@ -28,6 +28,14 @@ def test_plans_follow_the_protocol():
     assert [p["rate"] for p in uci.GRIDS["mc_dropout"]] == [0.005, 0.01, 0.05, 0.1]
 
 
+def test_the_gal_budget_control_counts_epochs():
+    plan = uci.make_gal_budget_plan(False)
+    assert plan.methods == ("mc_dropout",) and plan.datasets == ("yacht", "boston")
+    assert plan.steps_for(277) == uci.GAL_EPOCHS * 3  # ceil(277 / 128) batches per epoch
+    assert uci.make_plan(False).steps_for(277) == 1000
+    assert bench.SUITES["uci-gal-budget"] is uci.run_gal_budget
+
+
 def test_the_published_mc_dropout_files_are_read_per_split():
     pub = published_mc_dropout("protein")
     assert len(pub["ll"]) == len(pub["rmse"]) == 5
@@ -104,4 +112,4 @@ def test_an_unknown_data_set_is_refused(tmp_path, capsys):
     assert code == 2 and "bostn" in err and "yacht" in err and "Traceback" not in err
     code = main(["bench", "uci", "--quick", "--settings", "wine", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert code == 2 and "drop --quick" in err and "Traceback" not in err
+    assert code == 2 and "without --quick" in err and "Traceback" not in err

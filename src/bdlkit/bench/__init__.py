@@ -56,6 +56,7 @@ SUITES: dict[str, Suite] = {
     "defaults": defaults.run,
     "vision": vision.run,
     "uci": uci.run,
+    "uci-gal-budget": uci.run_gal_budget,
 }
 DESCRIPTIONS: dict[str, str] = {
     "digits": digits.DESCRIPTION,
@@ -76,6 +77,7 @@ DESCRIPTIONS: dict[str, str] = {
     "defaults": defaults.DESCRIPTION,
     "vision": vision.DESCRIPTION,
     "uci": uci.DESCRIPTION,
+    "uci-gal-budget": "uci's control: mc_dropout at Gal's 4 000 epochs on yacht and boston",
 }
 
 
@@ -89,7 +91,7 @@ def get_suite(name: str) -> Suite:
 ROW_SUITES = ("synthetic",)
 #: Suites that can run a subset of their settings (``--settings``), their other cells reused
 #: from the same folder (``cells/``) when a run without it writes the whole table.
-SETTINGS_SUITES = ("bnn-lowdata", "uci")
+SETTINGS_SUITES = ("bnn-lowdata", "uci", "uci-gal-budget")
 #: Suites that can run a subset of their rows (``--rows``), side by side, into a new folder.
 METHOD_SUITES = {"posteriordb": tuple(posteriordb.vi_methods.SPECS),
                  "timeseries": tuple(timeseries.ROWS),

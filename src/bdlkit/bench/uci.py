@@ -23,6 +23,8 @@ results (shipped with the splits, paired split by split) and the published means
 deep ensembles and SGHMC (:mod:`.uci_published`).
 
 ``--quick``: yacht, boston and energy, 3 splits, 300 steps, tuned the same way.
+``bdlkit bench uci-gal-budget``: the control of verdict (a), ``mc_dropout`` alone at Gal's
+4 000 epochs on yacht and boston (:func:`make_gal_budget_plan`).
 ``--settings NAME ...``: only these data sets; each (set, split) is a cell in ``cells/``,
 so processes with disjoint sets share one folder and a last run writes the whole table.
 """
@@ -55,6 +57,7 @@ PRIOR = 1.0
 VAL_FRACTION = 0.2
 LIKELIHOOD = "gaussian"  # σ learned: the one noise rule of every row
 CYCLES = 4  # csghmc's
+GAL_EPOCHS = 4000  # Gal & Ghahramani's UCI runs: 40 base epochs x 100 (2 000 on protein)
 #: label -> (registered method, fixed options)
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "map": ("map", {}),
@@ -89,12 +92,21 @@ class Plan:
 
     datasets: tuple[str, ...]
     splits: int | None  # per set (None: all of them)
-    steps: int
+    steps: int  # per run, unless ``epochs`` is set
     tune: bool = True
     methods: tuple[str, ...] = tuple(METHODS)
+    epochs: int | None = None  # per run instead of ``steps``: epochs of batch BATCH
 
     def split_count(self, available: int) -> int:
         return available if self.splits is None else min(self.splits, available)
+
+    def steps_for(self, rows: int) -> int:
+        """The steps of one run on ``rows`` training rows."""
+        return self.steps if self.epochs is None else self.epochs * -(-rows // BATCH)
+
+    @property
+    def budget(self) -> str:
+        return f"{self.steps} steps" if self.epochs is None else f"{self.epochs} epochs"
 
 
 def make_plan(quick: bool) -> Plan:
@@ -102,6 +114,20 @@ def make_plan(quick: bool) -> Plan:
     if quick:
         return Plan(("yacht", "boston", "energy"), 3, 300)
     return Plan(DATASETS, None, 1000)
+
+
+def make_gal_budget_plan(quick: bool) -> Plan:
+    """The control of verdict (a): ``mc_dropout`` alone at Gal's budget (4 000 epochs; at
+    its default lr 1e-3, Keras' Adam default, which Gal's runs used) on the two smallest
+    sets, where that budget is affordable (``--quick``: 400 epochs, 3 splits)."""
+    return Plan(("yacht", "boston"), 3 if quick else None, 0, methods=("mc_dropout",),
+                epochs=400 if quick else GAL_EPOCHS)
+
+
+def run_gal_budget(out: Path, **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`run` with :func:`make_gal_budget_plan` (``bdlkit bench uci-gal-budget``)."""
+    return run(out, plan=make_gal_budget_plan(kwargs.get("quick", False)),
+               suite="uci-gal-budget", **kwargs)
 
 
 def hidden_units(name: str) -> int:
@@ -164,7 +190,8 @@ def tune(plan: Plan, name: str, seed: int, echo: bool) -> dict[str, Any]:
         grid = GRIDS.get(label, ({},))
         grid = grid if plan.tune else (grid[len(grid) // 2],)
         runs = [{"phase": "tune", "point": {**base, **p}, **fit_and_score(
-            name, label, {**base, **p}, train, val, y_std, plan.steps, seed)} for p in grid]
+            name, label, {**base, **p}, train, val, y_std, plan.steps_for(cut), seed)}
+            for p in grid]
         records += runs
         if echo:
             for r in runs:
@@ -186,7 +213,7 @@ def run_split(plan: Plan, name: str, split: int, chosen: dict[str, dict[str, Any
     for label in plan.methods:
         rec = {"dataset": name, "split": split, "point": chosen[label],
                **fit_and_score(name, label, chosen[label], ds.train(), (ds.x_test, ds.y_test),
-                               y_std, plan.steps, seed + split)}
+                               y_std, plan.steps_for(ds.num_train), seed + split)}
         records.append(rec)
         if echo:
             print("  " + report.echo_line(name, rec), file=sys.stderr, flush=True)
@@ -194,8 +221,8 @@ def run_split(plan: Plan, name: str, split: int, chosen: dict[str, dict[str, Any
 
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = None,
-        echo: bool = True, plan: Plan | None = None,
-        only_settings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        echo: bool = True, plan: Plan | None = None, only_settings: tuple[str, ...] = (),
+        suite: str = "uci") -> list[dict[str, Any]]:
     """Tune, run and score every (data set, split, row); write the tables and verdicts.
 
     ``only_settings``: run only these data sets (``--settings yacht boston``)."""
@@ -207,8 +234,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                          f"{', '.join(DATASETS)} (e.g. --settings yacht,boston)")
     outside = [s for s in only_settings if s not in plan.datasets]
     if outside:
-        raise InputError(f"{', '.join(outside)} not in this plan of suite 'uci' (--quick runs "
-                         f"{', '.join(plan.datasets)}); drop --quick to run any of the nine")
+        raise InputError(f"{', '.join(outside)} not in this plan of suite {suite!r} (it runs "
+                         f"{', '.join(plan.datasets)}); give those, or run `bdlkit bench uci` "
+                         "without --quick for any of the nine")
     if only_settings:
         plan = dataclasses.replace(plan, datasets=tuple(d for d in plan.datasets
                                                         if d in only_settings))
@@ -234,13 +262,13 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 "val_fraction": VAL_FRACTION, "wall_s": time.perf_counter() - start}
     setup = (f"MLP with one hidden layer of {hidden_units('yacht')} ReLU units "
              f"({hidden_units('protein')} for protein), prior N(0, {PRIOR:g}), likelihood "
-             f"`{LIKELIHOOD}` (σ learned) for every row, batch {BATCH}, {plan.steps} steps per "
+             f"`{LIKELIHOOD}` (σ learned) for every row, batch {BATCH}, {plan.budget} per "
              f"run (the epochs column), {EVAL_DRAWS} predictive draws, "
              f"{'all' if plan.splits is None else plan.splits} splits per set, hyperparameters "
              f"{'tuned' if plan.tune else 'at the middle grid point'} on the last "
              f"{VAL_FRACTION:.0%} of the first split's training rows; wall time "
              f"{settings['wall_s']:.0f} s")
-    write_results(out, "uci", quick, command, "UCI regression against the published tables",
+    write_results(out, suite, quick, command, "UCI regression against the published tables",
                   setup, analysis["rows"], {"settings": settings, "verdicts":
                                             analysis["verdicts"], "runs": runs,
                                             "tuning": tuning},
