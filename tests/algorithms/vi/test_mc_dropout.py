@@ -17,7 +17,7 @@ from bdlkit.core.errors import InputError
 from bdlkit.engine.callbacks import CallbackError, Hooks
 from bdlkit.engine.runner import Runner
 from bdlkit.evaluation.predictive import bma
-from bdlkit.families.dropout import BernoulliDropout, Site
+from bdlkit.families.dropout import BernoulliDropout, Site, apply_scales, column_scales
 from bdlkit.problems import BayesianModel, Target
 from bdlkit.problems.priors import IsotropicGaussian
 
@@ -60,43 +60,64 @@ def test_rate_zero_run_predicts_as_map():
 def test_sites_are_the_linear_layers_the_dropout_layers_feed():
     alg = mc_dropout.build(problem(dropout=0.2))
     assert alg.sites == (Site("net.1.weight", 0.2, "net.0"), Site("net.4.weight", 0.2, "net.3"))
-    assert alg.per_example
     assert mc_dropout.build(problem(dropout=0.2), rate=0.05).sites[0].rate == 0.05
     plain = mc_dropout.build(problem(dropout=0.0), rate=0.1)  # every Linear's inputs
     assert plain.sites == (Site("net.0.weight", 0.1), Site("net.2.weight", 0.1))
-    assert not plain.per_example
 
 
-def _sgd_gradients(model, draws, **kw):
-    """-update of one SGD step (lr 1, no momentum) from the initial weights, per mask seed."""
+def _plain_twin(layered):
+    """The same network and weights without dropout layers (parameter names shift)."""
+    torch.manual_seed(0)
+    net = models.MLP(3, 1, hidden=(16,)).to(torch.float64)
+    rename = {"net.1.": "net.0.", "net.4.": "net.2."}
+    net.load_state_dict({next((k.replace(a, b) for a, b in rename.items() if a in k), k): v
+                         for k, v in layered.module.state_dict().items()})
+    return BayesianModel(net, layered.likelihood, prior=layered.prior.scale,
+                         num_data=layered.num_data, temperature=layered.temperature)
+
+
+def _sgd_gradients(model, seeds, **kw):
+    """−update of one SGD step (lr 1, no momentum) from the initial weights, per mask seed."""
     alg = mc_dropout.build(model, lr=1.0, optimizer="sgd", momentum=0.0, **kw)
     start = alg.init(generator=torch.Generator().manual_seed(0))
-    x, y = data(n=16)
-    grads = []
-    for seed in range(draws):
-        new, _ = alg.step(dataclasses.replace(start, mask_seed=seed), (x, y))
-        grads.append(torch.cat([(start.params[k] - new.params[k]).reshape(-1)
-                                for k in start.params]))
-    return torch.stack(grads)
+    batch = data(n=16)
+    return torch.stack([torch.cat([(start.params[k] - new.params[k]).reshape(-1)
+                                   for k in start.params])
+                        for new, _ in (alg.step(dataclasses.replace(start, mask_seed=s), batch)
+                                       for s in seeds)])
+
+
+def test_dropout_layers_and_a_rate_at_every_linear_take_the_same_steps():
+    layered = problem(dropout=0.3)
+    a = _sgd_gradients(layered, range(5))
+    b = _sgd_gradients(_plain_twin(layered), range(5), rate=0.3)
+    assert torch.equal(a, b)  # the same per-example masks, from layers or from pre-hooks
+    assert not torch.equal(a[0], a[1])
 
 
 @pytest.mark.parametrize("options", [
     {}, {"temperature": 0.5, "prior": IsotropicGaussian(1.0, mean="init"), "oracle": "module"}])
-def test_per_example_and_per_step_masks_estimate_the_same_gradient(options):
-    """The layers' per-example masks (with the prior's expectation over masks) and one mask
-    per step on the weights are unbiased for the same gradient: their means over 600 mask
-    seeds agree within 5 standard errors, and the per-example one has the smaller variance."""
-    layered = problem(dropout=0.3, **options)
-    torch.manual_seed(0)
-    plain_net = models.MLP(3, 1, hidden=(16,)).to(torch.float64)
-    rename = {"net.1.": "net.0.", "net.4.": "net.2."}
-    plain_net.load_state_dict({next((k.replace(a, b) for a, b in rename.items() if a in k), k): v
-                               for k, v in layered.module.state_dict().items()})
-    plain = BayesianModel(plain_net, "gaussian", **{"prior": 1.0, "num_data": 64, **options})
-    a, b = _sgd_gradients(layered, 600), _sgd_gradients(plain, 600, rate=0.3)
+def test_training_masks_estimate_the_gradient_of_the_predictive_family(options):
+    """The per-example training step, prior in expectation over masks included, is unbiased
+    for E_z of the gradient at W = M·diag(z)/(1 − p), the draws a result predicts with: its
+    mean over 600 mask seeds agrees with 600 weight-space masks' (chain rule, prior at W)
+    within 5 standard errors; leaving out the prior's expectation fails by 11 SEs."""
+    model = problem(dropout=0.3, **options)
+    alg = mc_dropout.build(model, lr=1.0, optimizer="sgd", momentum=0.0)
+    mean = alg.init(generator=torch.Generator().manual_seed(0)).params
+    batch, n_eff = data(n=16), model.effective_num_data
+    g = torch.Generator().manual_seed(1)
+    weight_space = []
+    for _ in range(600):
+        scales = column_scales(mean, alg.sites, g)
+        _, score = model.value_and_score(apply_scales(mean, scales), batch)
+        weight_space.append(torch.cat([(-s * scales.get(k, 1.0) / n_eff).reshape(-1)
+                                       for k, s in score.items()]))
+    b = torch.stack(weight_space)
+    a = _sgd_gradients(model, range(600))
     se = (a.var(0) / len(a) + b.var(0) / len(b)).sqrt()
     assert ((a.mean(0) - b.mean(0)).abs() <= 5 * se + 1e-12).all()
-    assert a.var(0).sum() < b.var(0).sum()
+    assert a.var(0).sum() < b.var(0).sum()  # per-example masks: the smaller variance
 
 
 def test_each_step_draws_new_masks():

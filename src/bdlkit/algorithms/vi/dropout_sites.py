@@ -4,8 +4,9 @@ A network with ``nn.Dropout`` layers: each must feed a ``Linear`` layer directly
 dropped activations are that layer's input columns), which a ``torch.fx`` trace of the
 module shows; the rate is the layer's own ``p`` unless ``rate`` overrides every layer. A
 network without dropout layers and a rate p > 0: the inputs of every ``Linear`` layer are
-dropped at p (Gal & Ghahramani's placement, before every weight layer). Only weights the
-posterior treats as random (``BayesianModel(bayesian=...)``) can carry a mask.
+dropped at p (Gal & Ghahramani's placement, before every weight layer), in training by a
+forward pre-hook on the layer (:func:`masks_active`). Only weights the posterior treats as
+random (``BayesianModel(bayesian=...)``) can carry a mask.
 
 ``torch.fx`` is the tool for "which layer consumes this layer's output"; the module's
 registration order says nothing about the data flow of a custom ``forward``.
@@ -13,6 +14,7 @@ registration order says nothing about the data flow of a custom ``forward``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -117,13 +119,17 @@ def _fed_linears(module: nn.Module, dropouts: set[str],
 
 
 @contextmanager
-def layers_active(module: nn.Module, sites: tuple[Site, ...], seed: int) -> Iterator[None]:
-    """The sites' dropout layers in train mode at their sites' rates, drawing from torch's
-    RNG seeded with ``seed`` (the CPU's and every initialised CUDA device's generator,
-    forked: the caller's RNG state is untouched); restored after."""
+def masks_active(module: nn.Module, sites: tuple[Site, ...], seed: int) -> Iterator[None]:
+    """Dropout on, per example, at every site while the context is open: a site's dropout
+    layer in train mode at the site's rate, or, where the network has none, a forward
+    pre-hook dropping the inputs of the site's ``Linear``. Masks come from torch's RNG
+    seeded with ``seed`` (the CPU's and every initialised CUDA device's generator, forked:
+    the caller's RNG state is untouched). Everything is restored after."""
     layers = {site.layer: site.rate for site in sites if site.layer is not None}
     saved = {name: (module.get_submodule(name).training, module.get_submodule(name).p)
              for name in layers}
+    hooks = [module.get_submodule(site.weight.rpartition(".")[0]).register_forward_pre_hook(
+        functools.partial(_drop_input, rate=site.rate)) for site in sites if site.layer is None]
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     try:
         for name, rate in layers.items():
@@ -136,10 +142,16 @@ def layers_active(module: nn.Module, sites: tuple[Site, ...], seed: int) -> Iter
                 torch.cuda.default_generators[index].manual_seed(seed)
             yield
     finally:
+        for hook in hooks:
+            hook.remove()
         for name, (training, p) in saved.items():
             layer = module.get_submodule(name)
             layer.train(training)
             layer.p = p
 
 
-__all__ = ["DROPOUT_LAYERS", "check_rate", "find_sites", "layers_active"]
+def _drop_input(layer: nn.Module, args: tuple[Any, ...], rate: float) -> tuple[Any, ...]:
+    return (nn.functional.dropout(args[0], rate, training=True), *args[1:])
+
+
+__all__ = ["DROPOUT_LAYERS", "check_rate", "find_sites", "masks_active"]

@@ -9,16 +9,15 @@ MAP's step on a stochastic gradient of Gal's objective E_z[−log p(D | W)] + KL
 
     g_t = −∇_M [ value(W(z_t), B_t) ] / N_eff,        M_{t+1} = M_t + optimizer_update(g_t)
 
-* **network with dropout layers**: its own layers draw a mask per example (ordinary dropout
-  training), in train mode for this call only, from torch's RNG forked and seeded with
-  ``fold_in(mask_seed, t)`` (every data-parallel rank seeds the same, so row j of each
-  shard shares a mask: unbiased, but results depend on the number of ranks); the prior's part is taken in expectation over the masks,
-  E_z[log p(W)] = log p(M) − P·p/(2(1 − p))·‖M‖² for N(m0, σ0²) with P = 1/(σ0² T) (exact:
-  E[W²] = M²/(1 − p)), so the masked weights' score gains −P·p/(1 − p)·M.
-* **network without dropout layers** (``rate`` > 0): one mask per step, applied to the
-  weight columns (W_t = M_t·diag(z_t)/(1 − p), the chain rule gives
-  ∇_M = ∇_W value(W_t)·z_t/(1 − p), the prior evaluated at W_t): the same expected
-  gradient, with the variance of one mask shared by the minibatch.
+Each example of the minibatch gets its own mask, as in ordinary dropout training: the
+network's dropout layers switched to train mode for this call only, or, where the network
+has none, forward pre-hooks dropping the inputs of its ``Linear`` layers
+(:func:`.dropout_sites.masks_active`); they draw from torch's RNG forked and seeded with
+``fold_in(mask_seed, t)`` (every data-parallel rank seeds the same, so row j of each shard
+shares a mask: unbiased, but results depend on the number of ranks). The prior's part is
+taken in expectation over the masks, E_z[log p(W)] = log p(M) − P·p/(2(1 − p))·‖M‖² for
+N(m0, σ0²) with P = 1/(σ0² T) (exact: E[W²] = M²/(1 − p)), so the masked weights' score
+gains −P·p/(1 − p)·M.
 
 In expectation ‖M‖²/(2σ0²(1 − p)) is Gal's weight decay l²(1 − p)/2·‖M′‖² in the
 inverted-dropout scaling M′ = M/(1 − p) with prior length-scale l = 1/σ0: the weight decay
@@ -41,14 +40,14 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.vi.dropout_sites import check_rate, find_sites, layers_active
+from bdlkit.algorithms.vi.dropout_sites import check_rate, find_sites, masks_active
 from bdlkit.core import rng
 from bdlkit.core.errors import InputError
 from bdlkit.core.optim import AdamState, SGDState, make_optimizer
 from bdlkit.core.protocol import LOG_PROB, Batch, Info, Problem, Variational
 from bdlkit.core.schedules import Schedule, resolve
-from bdlkit.core.tree import TensorTree, detach_clone, device_of, pytree_dataclass
-from bdlkit.families.dropout import BernoulliDropout, Site, apply_scales, column_scales
+from bdlkit.core.tree import TensorTree, detach_clone, pytree_dataclass
+from bdlkit.families.dropout import BernoulliDropout, Site
 from bdlkit.problems import BayesianModel
 from bdlkit.problems.priors import IsotropicGaussian
 
@@ -103,7 +102,7 @@ class MCDropout(Variational):
             raise InputError("mc_dropout takes the prior in expectation over the masks, which "
                              "it does for an isotropic Gaussian prior only; got "
                              f"{type(self.problem.prior).__name__}")
-        if self.per_example and self.problem.buffers == "batch_stats":
+        if any(site.layer for site in self._sites) and self.problem.buffers == "batch_stats":
             raise InputError("mc_dropout: with buffers='batch_stats' the network runs in train "
                              "mode, so its dropout layers would also drop, unseeded, at every "
                              "prediction; use buffers='frozen' (the default)")
@@ -120,29 +119,16 @@ class MCDropout(Variational):
         return MCDropoutState(params=params, opt_state=self._opt.init(params), mask_seed=seed,
                               step=0)
 
-    @property
-    def per_example(self) -> bool:
-        """Whether training masks come per example from the network's own dropout layers
-        (else one mask per step on the weights; module docstring)."""
-        return all(site.layer is not None for site in self._sites)
-
     def step(self, state: MCDropoutState, batch: Batch) -> tuple[MCDropoutState, Info]:
-        seed, problem = rng.fold_in(state.mask_seed, state.step), self.problem
+        problem = self.problem
+        with masks_active(problem.module, self._sites, rng.fold_in(state.mask_seed, state.step)):
+            value, score = problem.value_and_score(state.params, batch)
+        precision = 1.0 / (problem.prior.scale ** 2 * problem.temperature)
+        shrink = {site.weight: precision * site.rate / (1.0 - site.rate)
+                  for site in self._sites}  # E_z of the prior at W, beyond log p(M)
         per_datum = -1.0 / problem.effective_num_data
-        if self.per_example:
-            with layers_active(problem.module, self._sites, seed):
-                value, score = problem.value_and_score(state.params, batch)
-            precision = 1.0 / (problem.prior.scale ** 2 * problem.temperature)
-            shrink = {site.weight: precision * site.rate / (1.0 - site.rate)
-                      for site in self._sites}  # E_z of the prior at W, beyond log p(M)
-            grads = {k: (s - shrink[k] * state.params[k]) * per_datum if k in shrink
-                     else s * per_datum for k, s in score.items()}
-        else:
-            gen = rng.generator(seed, device=device_of(state.params))
-            scales = column_scales(state.params, self._sites, gen)
-            value, score = problem.value_and_score(apply_scales(state.params, scales), batch)
-            grads = {k: s * per_datum * scales[k] if k in scales else s * per_datum
-                     for k, s in score.items()}
+        grads = {k: (s - shrink[k] * state.params[k]) * per_datum if k in shrink
+                 else s * per_datum for k, s in score.items()}
         params, opt_state = self._opt.apply(grads, state.opt_state, state.params,
                                             resolve(self.lr, state.step))
         new = MCDropoutState(params=params, opt_state=opt_state, mask_seed=state.mask_seed,
