@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 
 import pytest
 import torch
@@ -238,3 +239,23 @@ def test_only_random_weights_carry_masks():
     net = models.MLP(3, 1, hidden=(8,), dropout=0.1)
     model = BayesianModel(net, "gaussian", prior=1.0, num_data=10, bayesian="last_layer")
     assert [s.weight for s in mc_dropout.build(model).sites] == ["net.4.weight"]
+
+
+class _FakeShard:
+    """A data-parallel reducer of one rank that sums nothing (each call sees its own rows)."""
+
+    def __init__(self, rank):
+        self.topology = types.SimpleNamespace(data_rank=rank)
+
+    def __call__(self, value, score, rows):
+        return value, score
+
+
+def test_each_data_parallel_shard_draws_its_own_masks():
+    grads = []
+    for rank in (None, 0, 1):
+        model = problem(dropout=0.3)
+        model.reducer = None if rank is None else _FakeShard(rank)
+        grads.append(_sgd_gradients(model, [7]))
+    assert not torch.equal(grads[1], grads[2])  # row j of two shards: different masks
+    assert not torch.equal(grads[0], grads[1])

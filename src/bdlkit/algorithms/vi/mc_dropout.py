@@ -13,8 +13,8 @@ Each example of the minibatch gets its own mask, as in ordinary dropout training
 network's dropout layers switched to train mode for this call only, or, where the network
 has none, forward pre-hooks dropping the inputs of its ``Linear`` layers
 (:func:`.dropout_sites.masks_active`); they draw from torch's RNG forked and seeded with
-``fold_in(mask_seed, t)`` (every data-parallel rank seeds the same, so row j of each shard
-shares a mask: unbiased, but results depend on the number of ranks). The prior's part is
+``fold_in(mask_seed, t)``, folded once more with the rank on a data-parallel shard (so every
+row of the global batch has its own mask, whatever the number of ranks). The prior's part is
 taken in expectation over the masks, E_z[log p(W)] = log p(M) − P·p/(2(1 − p))·‖M‖² for
 N(m0, σ0²) with P = 1/(σ0² T) (exact: E[W²] = M²/(1 − p)), so the masked weights' score
 gains −P·p/(1 − p)·M.
@@ -58,7 +58,7 @@ KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 class MCDropoutState:
     params: TensorTree  # M, the weights before masking
     opt_state: AdamState | SGDState
-    mask_seed: int  # step t's masks come from rng.fold_in(mask_seed, t)
+    mask_seed: int  # step t's masks come from rng.fold_in(mask_seed, t) (and the shard's rank)
     step: int
 
 
@@ -121,7 +121,10 @@ class MCDropout(Variational):
 
     def step(self, state: MCDropoutState, batch: Batch) -> tuple[MCDropoutState, Info]:
         problem = self.problem
-        with masks_active(problem.module, self._sites, rng.fold_in(state.mask_seed, state.step)):
+        seed = rng.fold_in(state.mask_seed, state.step)
+        if problem.reducer is not None:  # data parallel: each shard its own masks
+            seed = rng.fold_in(seed, problem.reducer.topology.data_rank)
+        with masks_active(problem.module, self._sites, seed):
             value, score = problem.value_and_score(state.params, batch)
         precision = 1.0 / (problem.prior.scale ** 2 * problem.temperature)
         shrink = {site.weight: precision * site.rate / (1.0 - site.rate)
