@@ -34,6 +34,9 @@ def test_the_gal_budget_control_counts_epochs():
     assert plan.steps_for(277) == uci.GAL_EPOCHS * 3  # ceil(277 / 128) batches per epoch
     assert uci.make_plan(False).steps_for(277) == 1000
     assert bench.SUITES["uci-gal-budget"] is uci.run_gal_budget
+    grid = plan.grid("yacht", "mc_dropout")  # Gal's rates x his τ grid of the set
+    assert len(grid) == 4 * 3 and {p["tau"] for p in grid} == {0.25, 0.5, 0.75}
+    assert uci.make_plan(False).grid("yacht", "mc_dropout") == uci.GRIDS["mc_dropout"]
 
 
 def test_the_published_mc_dropout_files_are_read_per_split():

@@ -45,7 +45,7 @@ from bdlkit import infer, models
 from bdlkit.bench import uci_report as report
 from bdlkit.bench.common import cached_cell, prepare_bench_out, write_results
 from bdlkit.core.errors import InputError
-from bdlkit.data.uci import UCI_FOLDERS, load_uci
+from bdlkit.data.uci import UCI_FOLDERS, load_uci, published_tau_grid
 from bdlkit.problems import BayesianModel
 
 DESCRIPTION = ("the nine UCI regression sets on their standard splits: MC dropout, VI, "
@@ -96,6 +96,9 @@ class Plan:
     tune: bool = True
     methods: tuple[str, ...] = tuple(METHODS)
     epochs: int | None = None  # per run instead of ``steps``: epochs of batch BATCH
+    #: "learned": σ learned with the weights (``gaussian``); "validation": a fixed σ per
+    #: row, τ = 1/σ² chosen on validation from Gal's grid of the set (``gaussian:<σ>``)
+    noise: str = "learned"
 
     def split_count(self, available: int) -> int:
         return available if self.splits is None else min(self.splits, available)
@@ -103,6 +106,15 @@ class Plan:
     def steps_for(self, rows: int) -> int:
         """The steps of one run on ``rows`` training rows."""
         return self.steps if self.epochs is None else self.epochs * -(-rows // BATCH)
+
+    def grid(self, name: str, label: str) -> tuple[dict[str, Any], ...]:
+        """The points tuned for ``label`` on ``name`` (crossed with τ on ``validation``)."""
+        grid = GRIDS.get(label, ({},))
+        grid = grid if self.tune else (grid[len(grid) // 2],)
+        if self.noise == "learned":
+            return grid
+        taus = published_tau_grid(name)
+        return tuple({**p, "tau": tau} for p in grid for tau in taus)
 
     @property
     def budget(self) -> str:
@@ -117,11 +129,12 @@ def make_plan(quick: bool) -> Plan:
 
 
 def make_gal_budget_plan(quick: bool) -> Plan:
-    """The control of verdict (a): ``mc_dropout`` alone at Gal's budget (4 000 epochs; at
-    its default lr 1e-3, Keras' Adam default, which Gal's runs used) on the two smallest
-    sets, where that budget is affordable (``--quick``: 400 epochs, 3 splits)."""
+    """The control of verdict (a): ``mc_dropout`` alone under Gal's protocol (4 000 epochs;
+    its default lr 1e-3, Keras' Adam default, which Gal's runs used; rate and a fixed τ
+    chosen on validation from his grids) on the two smallest sets, where that budget is
+    affordable (``--quick``: 400 epochs, 3 splits)."""
     return Plan(("yacht", "boston"), 3 if quick else None, 0, methods=("mc_dropout",),
-                epochs=400 if quick else GAL_EPOCHS)
+                epochs=400 if quick else GAL_EPOCHS, noise="validation")
 
 
 def run_gal_budget(out: Path, **kwargs: Any) -> list[dict[str, Any]]:
@@ -135,13 +148,14 @@ def hidden_units(name: str) -> int:
     return 100 if name == "protein" else 50
 
 
-def make_problem(name: str, x: torch.Tensor, seed: int, rate: float) -> BayesianModel:
+def make_problem(name: str, x: torch.Tensor, seed: int, rate: float,
+                 likelihood: str = LIKELIHOOD) -> BayesianModel:
     """The network of the protocol on training inputs ``x``, initialised by ``seed``;
     ``rate`` > 0 adds dropout layers (the mc_dropout row)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net = models.MLP(x.shape[1], 1, hidden=(hidden_units(name),), dropout=rate)
-    return BayesianModel(net, LIKELIHOOD, prior=PRIOR, num_data=len(x))
+    return BayesianModel(net, likelihood, prior=PRIOR, num_data=len(x))
 
 
 def fit_and_score(name: str, label: str, point: dict[str, Any], train: tuple, evals: tuple,
@@ -151,6 +165,8 @@ def fit_and_score(name: str, label: str, point: dict[str, Any], train: tuple, ev
     method, fixed = METHODS[label]
     hyper = {**fixed, **point}
     rate = hyper.pop("rate", 0.0) if method == "mc_dropout" else 0.0
+    tau = hyper.pop("tau", None)  # original units: σ = τ^(-1/2) / y_std on standardised y
+    likelihood = LIKELIHOOD if tau is None else f"gaussian:{tau ** -0.5 / y_std!r}"
     record: dict[str, Any] = {"label": label, "hyper": {**hyper, **({"rate": rate} if rate
                                                                     else {})}, "status": "ok"}
     try:
@@ -160,7 +176,7 @@ def fit_and_score(name: str, label: str, point: dict[str, Any], train: tuple, ev
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = infer(make_problem(name, x, seed, rate), method, data=(x, y),
+            result = infer(make_problem(name, x, seed, rate, likelihood), method, data=(x, y),
                            steps=steps, seed=seed, batch_size=BATCH, progress=False,
                            **keep, **hyper)
         record["train_s"] = time.perf_counter() - start
@@ -187,8 +203,7 @@ def tune(plan: Plan, name: str, seed: int, echo: bool) -> dict[str, Any]:
     records = []
     for label in plan.methods:
         base = dict(chosen.get(INHERITS.get(label, ""), {}))
-        grid = GRIDS.get(label, ({},))
-        grid = grid if plan.tune else (grid[len(grid) // 2],)
+        grid = plan.grid(name, label)
         runs = [{"phase": "tune", "point": {**base, **p}, **fit_and_score(
             name, label, {**base, **p}, train, val, y_std, plan.steps_for(cut), seed)}
             for p in grid]
@@ -262,7 +277,9 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 "val_fraction": VAL_FRACTION, "wall_s": time.perf_counter() - start}
     setup = (f"MLP with one hidden layer of {hidden_units('yacht')} ReLU units "
              f"({hidden_units('protein')} for protein), prior N(0, {PRIOR:g}), likelihood "
-             f"`{LIKELIHOOD}` (σ learned) for every row, batch {BATCH}, {plan.budget} per "
+             + (f"`{LIKELIHOOD}` (σ learned)" if plan.noise == "learned" else
+                "`gaussian:<σ>` (τ = 1/σ² chosen on validation from Gal's grid)")
+             + f" for every row, batch {BATCH}, {plan.budget} per "
              f"run (the epochs column), {EVAL_DRAWS} predictive draws, "
              f"{'all' if plan.splits is None else plan.splits} splits per set, hyperparameters "
              f"{'tuned' if plan.tune else 'at the middle grid point'} on the last "

