@@ -70,7 +70,7 @@ def apply_scales(params: dict[str, Tensor], scales: dict[str, Tensor]) -> dict[s
 
 @dataclass(frozen=True)
 class BernoulliDropout:
-    """q(θ): the masked weights of :data:`sites` around ``params`` (module docstring).
+    """q(θ): the masked weights of ``sites`` around ``params`` (module docstring).
 
     Args:
         params: M, the trained parameters (a dict of named tensors).
