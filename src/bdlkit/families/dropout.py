@@ -38,7 +38,7 @@ from bdlkit.core.tree import TensorTree, stack
 class Site:
     """The input columns of the weight ``weight`` (a ``Linear``'s, out × in) are dropped
     at rate ``rate`` in [0, 1); ``layer`` is the ``nn.Dropout`` that feeds it (None where
-    the network has no dropout layers and the mask is applied to the weight alone)."""
+    the network has no dropout layers: training then drops the inputs by a pre-hook)."""
 
     weight: str
     rate: float

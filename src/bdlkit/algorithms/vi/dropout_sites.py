@@ -51,7 +51,9 @@ def find_sites(module: nn.Module, bayesian: tuple[str, ...] | list[str],
     """
     rate = check_rate(rate)
     dropouts = {name for name, m in module.named_modules() if isinstance(m, DROPOUT_LAYERS)}
-    linears = {name for name, m in module.named_modules() if isinstance(m, nn.Linear)}
+    # nn.Linear itself: a subclass such as MultiheadAttention's out_proj is read as a
+    # weight, never called, so neither a dropout nor a pre-hook could act on its inputs
+    linears = {name for name, m in module.named_modules() if type(m) is nn.Linear}
     if not dropouts:
         if not rate:
             raise InputError(
@@ -128,10 +130,13 @@ def masks_active(module: nn.Module, sites: tuple[Site, ...], seed: int) -> Itera
     layers = {site.layer: site.rate for site in sites if site.layer is not None}
     saved = {name: (module.get_submodule(name).training, module.get_submodule(name).p)
              for name in layers}
-    hooks = [module.get_submodule(site.weight.rpartition(".")[0]).register_forward_pre_hook(
-        functools.partial(_drop_input, rate=site.rate)) for site in sites if site.layer is None]
+    hooks = []
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     try:
+        for site in (site for site in sites if site.layer is None):
+            linear = module.get_submodule(site.weight.rpartition(".")[0])
+            hooks.append(linear.register_forward_pre_hook(
+                functools.partial(_drop_input, rate=site.rate)))
         for name, rate in layers.items():
             layer = module.get_submodule(name)
             layer.train(True)
