@@ -33,6 +33,8 @@ def test_the_gal_budget_control_counts_epochs():
     assert plan.methods == ("mc_dropout",) and plan.datasets == ("yacht", "boston")
     assert plan.steps_for(277) == uci.GAL_EPOCHS * 3  # ceil(277 / 128) batches per epoch
     assert uci.make_plan(False).steps_for(277) == 1000
+    assert uci.epochs_of(plan.steps_for(277), 277) == uci.GAL_EPOCHS  # the last batch short
+    assert uci.epochs_of(1000, 277) == pytest.approx(333.3, abs=0.1)
     assert bench.SUITES["uci-gal-budget"] is uci.run_gal_budget
     grid = plan.grid("yacht", "mc_dropout")  # Gal's rates x his τ grid of the set
     assert len(grid) == 4 * 3 and {p["tau"] for p in grid} == {0.25, 0.5, 0.75}
@@ -105,6 +107,10 @@ def test_a_tiny_plan_runs_end_to_end(tmp_path):
         saved["tuning"]["yacht"]["chosen"]["map"]["lr"]  # it inherits MAP's lr
     text = (tmp_path / "results.md").read_text()
     assert "## Verdicts" in text and "Hernández-Lobato" in text
+    assert {r["epochs"] for r in saved["runs"]} == {10.0}  # 30 steps, 3 batches of 277 rows
+    uci.render(tmp_path)  # the tables again from the stored records: the same text
+    assert (tmp_path / "results.md").read_text().split("this invocation")[1].split("\n", 1)[1] \
+        == text.split("this invocation")[1].split("\n", 1)[1]
 
 
 def test_an_unknown_data_set_is_refused(tmp_path, capsys):

@@ -76,8 +76,9 @@ SKIP: dict[tuple[str, str], str] = {
 #: Methods without a run of no option: the reason, printed under the table.
 NO_DEFAULT: dict[str, str] = {
     "mc_dropout": "no default placement: it drops units where the network has dropout "
-                  "layers, or at every Linear input at --rate p; the zoo's networks have "
-                  "none, so a run of no option is refused, naming both fixes",
+                  "layers with p > 0, or at every Linear input at --rate p; the zoo's "
+                  "networks at their defaults have neither, so a run of no option is "
+                  "refused, naming both fixes",
 }
 QUICK_PROBLEMS = ("digits", "yacht", "hetero-300")
 #: Left out of ``--quick`` (the smoke test): a minute of NUTS trees on digits alone.

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import sys
 import time
 import warnings
@@ -143,6 +144,12 @@ def run_gal_budget(out: Path, **kwargs: Any) -> list[dict[str, Any]]:
                suite="uci-gal-budget", **kwargs)
 
 
+def epochs_of(steps: int, rows: int) -> float:
+    """Passes over ``rows`` training rows in ``steps`` steps: an epoch is ceil(rows/BATCH)
+    batches, the last one smaller (:mod:`bdlkit.engine.batches`)."""
+    return steps / math.ceil(rows / BATCH)
+
+
 def hidden_units(name: str) -> int:
     """The protocol's width: 100 for protein, 50 for the rest."""
     return 100 if name == "protein" else 50
@@ -180,7 +187,7 @@ def fit_and_score(name: str, label: str, point: dict[str, Any], train: tuple, ev
                            steps=steps, seed=seed, batch_size=BATCH, progress=False,
                            **keep, **hyper)
         record["train_s"] = time.perf_counter() - start
-        record["epochs"] = steps * BATCH / len(x)
+        record["epochs"] = epochs_of(steps, len(x))
         if caught:
             record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:160]}"
                                          for w in caught})
@@ -269,25 +276,52 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
             runs += cached_cell(out, f"{name}-{split}", {**key, "chosen": tuned["chosen"]},
                                 functools.partial(run_split, plan, name, split,
                                                   tuned["chosen"], seed, echo), echo)
+    return write(out, plan, runs, tuning, quick, seed, command, suite,
+                 time.perf_counter() - start)
+
+
+def write(out: Path, plan: Plan, runs: list[dict[str, Any]], tuning: dict[str, Any],
+          quick: bool, seed: int, command: str | None, suite: str,
+          wall_s: float) -> list[dict[str, Any]]:
+    """The analysis of ``runs`` as ``results.json`` and ``results.md`` (the table, the
+    verdicts and the sources); ``wall_s``: this invocation's time."""
     analysis = report.analyse(runs, plan.datasets, plan.methods,
                               {name: t.get("val_ll", {}) for name, t in tuning.items()})
     settings = {"plan": dataclasses.asdict(plan), "seed": seed, "batch_size": BATCH,
                 "eval_draws": EVAL_DRAWS, "prior_scale": PRIOR, "likelihood": LIKELIHOOD,
                 "grids": GRIDS, "inherits": INHERITS, "methods": METHODS,
-                "val_fraction": VAL_FRACTION, "wall_s": time.perf_counter() - start}
+                "val_fraction": VAL_FRACTION, "wall_s": wall_s}
     setup = (f"MLP with one hidden layer of {hidden_units('yacht')} ReLU units "
              f"({hidden_units('protein')} for protein), prior N(0, {PRIOR:g}), likelihood "
              + (f"`{LIKELIHOOD}` (σ learned)" if plan.noise == "learned" else
                 "`gaussian:<σ>` (τ = 1/σ² chosen on validation from Gal's grid)")
-             + f" for every row, batch {BATCH}, {plan.budget} per "
-             f"run (the epochs column), {EVAL_DRAWS} predictive draws, "
+             + f" for every row, batch {BATCH}, {plan.budget} per run (the epochs column), "
+             f"{EVAL_DRAWS} predictive draws, "
              f"{'all' if plan.splits is None else plan.splits} splits per set, hyperparameters "
              f"{'tuned' if plan.tune else 'at the middle grid point'} on the last "
-             f"{VAL_FRACTION:.0%} of the first split's training rows; wall time "
-             f"{settings['wall_s']:.0f} s")
+             f"{VAL_FRACTION:.0%} of the first split's training rows; this invocation took "
+             f"{wall_s:.0f} s (cells reused from earlier runs are not timed again: the "
+             "command line gives a split run's whole time)")
     write_results(out, suite, quick, command, "UCI regression against the published tables",
                   setup, analysis["rows"], {"settings": settings, "verdicts":
                                             analysis["verdicts"], "runs": runs,
                                             "tuning": tuning},
-                  note=report.notes_markdown(analysis), table=report.table(analysis["rows"]))
+                  note=report.notes_markdown(analysis, plan.epochs),
+                  table=report.table(analysis["rows"]))
     return analysis["rows"]
+
+
+def render(out: Path) -> list[dict[str, Any]]:
+    """Rewrite ``out``'s tables from the records its ``results.json`` stores, with the
+    current analysis (no run is repeated; each record's epochs recomputed from the plan)."""
+    from bdlkit.core.serialization import load_json
+
+    stored = load_json(out / "results.json")
+    settings = stored["settings"]
+    plan = Plan(**{**settings["plan"], "datasets": tuple(settings["plan"]["datasets"]),
+                   "methods": tuple(settings["plan"]["methods"])})
+    rows = {name: load_uci(name, split=0).num_train for name in plan.datasets}
+    runs = [{**r, "epochs": epochs_of(plan.steps_for(rows[r["dataset"]]), rows[r["dataset"]])}
+            if "epochs" in r else r for r in stored["runs"]]
+    return write(out, plan, runs, stored["tuning"], "--quick" in stored["command"],
+                 settings["seed"], stored["command"], stored["suite"], settings["wall_s"])

@@ -147,16 +147,21 @@ def _summary(verdicts: dict[str, dict]) -> dict[str, Any]:
 
 def table(rows: Sequence[Record]) -> list[dict[str, Any]]:
     """The Markdown table's rows: mean ± SE over splits."""
+    def fmt(r: Record, metric: str) -> str:  # the published means as printed: 3.01 ± 0.18
+        if r["row"].endswith("(published)") and r["row"] != REFERENCE:
+            return "g"
+        return ".4g" if metric == "rmse" and r["dataset"] == "naval" else ".3f"
+
     return [{"data set": r["dataset"], "row": r["row"], "splits": r.get("splits", "-"),
-             "test RMSE": _pm(r["rmse"], ".4g" if r["dataset"] == "naval" else ".3f"),
-             "test LL": _pm(r["ll"]), "LL − MC dropout (paired)": _pm(r.get("ll_vs_mc_dropout")),
+             "test RMSE": _pm(r["rmse"], fmt(r, "rmse")), "test LL": _pm(r["ll"], fmt(r, "ll")), "LL − MC dropout (paired)": _pm(r.get("ll_vs_mc_dropout")),
              "seconds": "-" if r.get("train_s") is None else f"{r['train_s']:.1f}",
              "epochs": "-" if r.get("epochs") is None else f"{r['epochs']:.0f}",
              "chosen": r.get("chosen") or ""} for r in rows]
 
 
-def notes_markdown(analysis: dict[str, Any]) -> str:
-    """The verdicts and sources under the table."""
+def notes_markdown(analysis: dict[str, Any], epochs: int | None = None) -> str:
+    """The verdicts and sources under the table; ``epochs``: the plan's budget in epochs
+    (Gal's protocol), None for a budget in steps."""
     lines = ["## Verdicts", "", "| data set | (a) our mc_dropout vs published (d̄ ± SE) | "
              "(b) best Bayesian row (by validation LL): d̄ vs published MC dropout | MAP's d̄ | "
              + " | ".join(f"(c) {s} vs advi" for s in SUBJECTS) + " |",
@@ -183,9 +188,12 @@ def notes_markdown(analysis: dict[str, Any]) -> str:
               "results shipped with the splits (their grid search over rate and τ, 4 000 "
               "epochs on most sets and 2 000 on protein, prior length-scale 1e-2, i.e. "
               "σ0 = 100, and 10 000 MC samples; its RMSE is that of the MC mean), on the "
-              "splits run here. The rows here train for the `epochs` column at the same "
-              "step budget, with prior N(0, 1) and 100 draws, so verdict (a) measures the "
-              "method at a smaller budget, not only its implementation.", "",
+              "splits run here. "
+              + ("The rows here train for the `epochs` column at one step budget, with "
+                 "prior N(0, 1) and 100 draws, so verdict (a) measures the method at a "
+                 "smaller budget, not only its implementation." if epochs is None else
+                 f"The rows here train for Gal's {epochs} epochs, with prior N(0, 1) and "
+                 "100 draws."), "",
               "Sources of the published rows:"]
     lines += [f"- `{label}`: {text}" for label, text in SOURCES.items()]
     return "\n".join(lines)
