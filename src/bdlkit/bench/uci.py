@@ -46,7 +46,7 @@ from bdlkit import infer, models
 from bdlkit.bench import uci_report as report
 from bdlkit.bench.common import cached_cell, prepare_bench_out, write_results
 from bdlkit.core.errors import InputError
-from bdlkit.data.uci import UCI_FOLDERS, load_uci, published_tau_grid
+from bdlkit.data.uci import UCI_FOLDERS, load_uci, published_tau_grid, split_count
 from bdlkit.problems import BayesianModel
 
 DESCRIPTION = ("the nine UCI regression sets on their standard splits: MC dropout, VI, "
@@ -271,8 +271,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         tuned = cached_cell(out, f"{name}-tune", key, functools.partial(
             tune, plan, name, seed, echo), echo)
         tuning[name] = tuned
-        n_splits = int(load_uci(name, split=0).meta["n_splits"])
-        for split in range(plan.split_count(n_splits)):
+        for split in range(plan.split_count(split_count(name))):
             runs += cached_cell(out, f"{name}-{split}", {**key, "chosen": tuned["chosen"]},
                                 functools.partial(run_split, plan, name, split,
                                                   tuned["chosen"], seed, echo), echo)

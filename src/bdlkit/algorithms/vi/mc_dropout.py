@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from bdlkit.algorithms.options import builder
-from bdlkit.algorithms.vi.dropout_sites import check_rate, find_sites, masks_active
+from bdlkit.algorithms.vi.dropout_sites import find_sites, masks_active
 from bdlkit.core import rng
 from bdlkit.core.errors import InputError
 from bdlkit.core.optim import AdamState, SGDState, make_optimizer
@@ -91,7 +91,6 @@ class MCDropout(Variational):
         if not isinstance(self.problem, BayesianModel):
             raise InputError("mc_dropout drops units of a network: it needs a BayesianModel "
                              f"(a module with Linear layers), not a {type(self.problem).__name__}")
-        check_rate(self.rate)
         if not callable(self.lr) and not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         kwargs: dict[str, Any] = {"momentum": self.momentum} if self.optimizer == "sgd" else {}
