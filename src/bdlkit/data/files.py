@@ -288,7 +288,8 @@ def load_file(
         task: ``"classification"``, ``"regression"`` or None (inferred from the targets).
         test_fraction: the test part of a file without a given split.
         seed: the seed of that split.
-        target: a CSV's target column (default: ``target``, else the last column).
+        target: a CSV's target column (default: ``target``, else the last column); an
+            ``.npz`` refuses it (its targets are the arrays ``y``/``y_<split>``).
         num_classes: the number of classes K (labels 0..K-1; it makes the task
             classification); without it, K is ``max label + 1``, at most
             :data:`MAX_CLASSES`.
@@ -310,6 +311,11 @@ def load_file(
         )
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
+    if ext == ".npz" and target is not None:
+        raise InputError(
+            f"{path}: target={target!r} names a .csv file's target column; an .npz holds its "
+            f"targets in the arrays y (or y_train, y_test, y_val). Fix: drop target from "
+            f"--data-kwargs, or save the targets you want as y")
     check_options(scale_uint8, standardize)
     parts, src, meta = _read(path, target)
     task, num_classes = _validate(parts, src, task, num_classes)
