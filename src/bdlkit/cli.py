@@ -60,7 +60,10 @@ FIT_EXAMPLES = """examples:
                                                            returning a torch.nn.Module)
   bdlkit fit --resume runs/sgld                           (continue an interrupted run)
   bdlkit fit --resume runs/sgld --lr 0.01                 (... after a NaN stop, with a
-                                                           smaller step size)"""
+                                                           smaller step size)
+  bdlkit fit --resume runs/sgld --threads 4 --accept threads
+                                                          (... at another thread count:
+                                                           recorded under changes:)"""
 
 
 def _fit_parser(sub: Any) -> argparse.ArgumentParser:
@@ -74,6 +77,10 @@ def _fit_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="YAML file with any of these options")
     p.add_argument("--out", metavar="DIR", help="new run directory to write")
     p.add_argument("--resume", metavar="DIR", help="continue the interrupted run in DIR")
+    p.add_argument("--accept", metavar="FIELD[,FIELD]", help="with --resume: continue with "
+                   "a deliberate change of the run's recorded threads (--threads N), device, "
+                   "log_every or eval_every (edited in DIR/config.yaml), recorded under "
+                   "changes: in config.yaml; the run is then not bit-exact with either")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--compile", action="store_true", default=argparse.SUPPRESS,
@@ -109,7 +116,7 @@ def _reference_parser(sub: Any) -> argparse.ArgumentParser:
                        "size adapted over 150 iterations; nuts: warm-up = burn-in.",
                        epilog=REFERENCE_EXAMPLES, formatter_class=_FORMATTER)
     p.add_argument("method", metavar="METHOD", choices=("hmc", "nuts"), help="hmc or nuts")
-    add_config_options(p, skip=("method", "eval_every", "eval_samples"))
+    add_config_options(p, skip=("method", "eval_every", "eval_samples", "threads"))
     p.add_argument("--chains", type=int, default=4, help="independent chains (default 4)")
     p.add_argument("--workers", type=int, default=None,
                    help="chains run in parallel processes (default: min(chains, CPUs))")
@@ -151,12 +158,17 @@ def cmd_fit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[str, Any],
          hyper: dict[str, Any], progress: bool, callbacks: list[Any]) -> int:
+    accept = tuple(a.strip() for a in (args.accept or "").split(",") if a.strip())
+    if accept and not args.resume:
+        raise InputError("--accept goes with --resume DIR (a change to a run it continues); "
+                         "a new run records its options as given")
     if args.resume:
-        if (given or len(hyper) > 1 or args.config or args.out or args.overwrite
-                or args.standardize):
+        if (set(given) - {"threads"} or len(hyper) > 1 or args.config or args.out
+                or args.overwrite or args.standardize):
             raise InputError("--resume DIR takes every option from DIR/config.yaml but the "
-                             "method's step size (e.g. --lr after a NaN stop); pass no other "
-                             "options (to change them, start a new run with --out)")
+                             "method's step size (e.g. --lr after a NaN stop) and --threads; "
+                             "pass no other options (to change them, start a new run with "
+                             "--out)")
         step_size = next(iter(hyper.items()), None)
         layout = ranks.launch_layout(args.resume)
         if layout[0] > 1 and args.tensorboard:
@@ -167,6 +179,7 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
                 print(note, file=sys.stderr)
             output = ranks.resume(args.resume, topology,
                                   progress=progress and topology.rank == 0, step_size=step_size,
+                                  threads=given.get("threads"), accept=accept,
                                   callbacks=callbacks if topology.writer else None)
         return _print_run(output, Path(args.resume), topology)
     values: dict[str, Any] = {}

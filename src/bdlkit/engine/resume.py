@@ -63,15 +63,18 @@ def open_newest(folder: Path) -> tuple[Path, Checkpoint]:
 
 #: What a checkpoint that does not record a key was written with (an older bdlkit's).
 _UNRECORDED = {"algorithm_version": "1", "compile": "off"}
+#: The fingerprint's key of the caller's pinned fields (:func:`run_fingerprint`).
+PINNED = "pinned"
 
 
-def run_fingerprint(algorithm: Any, problem: Any, data: str, store: Any, compiled: str
-                    ) -> dict[str, str]:
+def run_fingerprint(algorithm: Any, problem: Any, data: str, store: Any, compiled: str,
+                    pinned: dict[str, str] | None = None) -> dict[str, str]:
     """What :func:`check_fingerprint` compares, as text for the checkpoint: the
     algorithm's name, kind and shown fields (its options and fixed constants; the derived
     members are ``repr=False``), the version of its update rule, the problem, the data
-    (``data``: minibatch, rows, chains), the sample store's settings and how the steps run
-    (``compiled``)."""
+    (``data``: minibatch, rows, chains), the sample store's settings, how the steps run
+    (``compiled``) and what the caller pins besides (``pinned``: field -> text, e.g. a run
+    directory's data digest and thread count, :mod:`bdlkit.runs.run_record`)."""
     hyper = {name: repr(value) for name, value in algorithm.record().items()}
     found = {"hyperparameters": json.dumps(hyper, sort_keys=True),
              "algorithm_version": str(algorithm.VERSION), "problem": repr(problem),
@@ -80,7 +83,29 @@ def run_fingerprint(algorithm: Any, problem: Any, data: str, store: Any, compile
         found["samples"] = (f"burnin={store.burnin}, thin={store.thin}, "
                             f"max_samples={store.max_samples}")
     found["compile"] = compiled
+    if pinned:
+        found[PINNED] = json.dumps(pinned, sort_keys=True)
     return found
+
+
+def pinned_fields(meta: dict[str, Any]) -> dict[str, str]:
+    """The pinned fields a checkpoint recorded (``{}`` for one written before they were)."""
+    try:
+        found = json.loads(meta.get(PINNED) or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _check_pinned(meta: dict[str, Any], value: str, path: Path, changed: tuple[str, ...],
+                  fix: str) -> None:
+    """Refuse a pinned field whose value differs from checkpoint ``path``'s, but those
+    ``changed`` names and those the checkpoint does not record (written before they were)."""
+    saved = pinned_fields(meta)
+    for name, now in json.loads(value).items():
+        if name in saved and name not in changed and saved[name] != now:
+            raise ValueError(f"checkpoint {path} was written with {name}={saved[name]}, but "
+                             f"this run has {name}={now}; {fix}")
 
 
 def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path,
@@ -88,9 +113,10 @@ def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path
                       fix: str = "resume with the run's own configuration") -> None:
     """Refuse checkpoint ``path`` (metadata ``meta``) unless it was written by the run
     ``expected`` describes (:meth:`bdlkit.Runner.fingerprint`, method, seed, length).
-    ``changed`` names hyperparameters the caller has deliberately changed (a resume with
-    a smaller step size). A key the checkpoint does not record (written by an older
-    bdlkit) is not checked (``samples``) or takes the value that bdlkit ran with
+    ``changed`` names hyperparameters and pinned fields the caller has deliberately
+    changed (a resume with a smaller step size, or ``--accept threads``). A key the
+    checkpoint does not record (written by an older bdlkit) is not checked (``samples``,
+    ``pinned`` and each pinned field) or takes the value that bdlkit ran with
     (``_UNRECORDED``: version 1, eager steps)."""
     written = meta.get("checkpoint_format", 1)
     if written > CHECKPOINT_FORMAT:
@@ -115,7 +141,10 @@ def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path
             )
         if key == "hyperparameters" and changed:
             saved, value = _without(saved, changed), _without(value, changed)
-        if key == "samples" and key not in meta:
+        if key in ("samples", PINNED) and key not in meta:
+            continue
+        if key == PINNED:
+            _check_pinned(meta, value, path, changed, fix)
             continue
         if key == "problem" and isinstance(saved, str) and "mean=given)" in saved:
             value = _GIVEN_DIGEST.sub("mean=given)", value)  # recorded before the digest

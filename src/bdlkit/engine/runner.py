@@ -123,6 +123,9 @@ class Runner:
             offered to callbacks at chunk ends only; on a network step by step with the
             element-wise update compiled. Falls back to eager steps with a warning where
             the step cannot be compiled.
+        pinned: what else the run's checkpoints record and a resume must find unchanged
+            (field -> text: a run directory's data digest, thread count and logging
+            options, :mod:`bdlkit.runs.run_record`), compared with the fingerprint.
         topology: this process's place in a multi-process run (default: alone). With
             several data-parallel ranks, ``batch_size`` is per rank (the step's minibatch
             has ``batch_size × D`` rows), the model's oracle is made data parallel
@@ -157,6 +160,7 @@ class Runner:
         callbacks: Sequence[Callback] | None = None,
         compile: bool = False,
         topology: Topology | None = None,
+        pinned: dict[str, str] | None = None,
     ) -> None:
         for name, value in (("log_every", log_every), ("eval_every", eval_every),
                             ("checkpoint_every", checkpoint_every)):
@@ -205,6 +209,7 @@ class Runner:
                            if warm_start is None else warm_start)
         self.last_checkpoint: Path | None = None
         self.compile, self.compiled = bool(compile), None
+        self.pinned = dict(pinned or {})
         if max_samples is not None and max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, got {max_samples}")
         self._store_settings = {"burnin": burnin, "thin": thin, "max_samples": max_samples}
@@ -362,8 +367,8 @@ class Runner:
         """What must not change between a run and its resume, as text for the checkpoint:
         the algorithm's name, kind and shown fields (its options and fixed constants; the
         derived members are ``repr=False``), the version of its update rule
-        (``VERSION``), the problem, the batch size, the chains and the sample store's
-        burn-in, thinning and cap."""
+        (``VERSION``), the problem, the batch size, the chains, the sample store's
+        burn-in, thinning and cap, and the caller's ``pinned`` fields."""
         # the step's minibatch over all data-parallel ranks: the same run read back in one
         # process (bdlkit evaluate) has the same fingerprint
         data = (f"batch_size={self.minibatch_rows}, rows={self.batches.num_rows}, "
@@ -371,7 +376,8 @@ class Runner:
         # a compiled run draws its normals a chunk at a time (bdlkit.engine.compiled)
         compiled = (f"chunks of {chunk_size(isinstance(self.problem, Target))}"
                     if self.compile else "off")
-        return run_fingerprint(self.algorithm, self.problem, data, self.store, compiled)
+        return run_fingerprint(self.algorithm, self.problem, data, self.store, compiled,
+                               self.pinned)
 
     def check_checkpoint(self, meta: dict[str, Any], path: Path,
                          changed: dict[str, int] | None = None,

@@ -56,6 +56,10 @@ class RunConfig:
     model: str = field(default="mlp", metadata={"help": "model from the zoo (see `bdlkit list`) or package.module:Name"})
     data: str = field(default="digits", metadata={"help": "data set name or .npz/.csv path "
                                                   "(recorded as an absolute path)"})
+    data_sha256: str | None = field(
+        default=None, metadata={"cli": False, "help": "SHA-256 of the data (a .npz/.csv file's "
+                                "bytes, a named data set's loaded arrays), recorded by bdlkit "
+                                "fit: the run's data must match it (bdlkit.runs.run_record)"})
     steps: int | None = field(default=None, metadata={"help": "number of steps (default 1000)"})
     epochs: int | None = field(default=None, metadata={"help": "number of epochs (instead of steps)"})
     seed: int = field(default=0, metadata={"help": "seed for initialisation, data order and noise"})
@@ -94,6 +98,11 @@ class RunConfig:
         default=None, metadata={"help": "data folder (default: $BDLKIT_DATA, then ./data)"}
     )
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    threads: int | None = field(
+        default=None, metadata={"help": "torch's CPU threads for the run (default: torch's "
+                                "current count, e.g. from OMP_NUM_THREADS); recorded: a "
+                                "resume uses the same count, so its steps are bit-exact "
+                                "(another needs --resume DIR --threads N --accept threads)"})
     chain_groups: int = field(
         default=1, metadata={"help": "independent chains run side by side on process groups "
                              "(torchrun: the processes split into this many groups, each "
@@ -138,8 +147,8 @@ class RunConfig:
     )
     changes: list[dict[str, Any]] = field(
         default_factory=list, metadata={"cli": False, "help": "options changed on resume "
-                                        "(written by `bdlkit fit --resume DIR --lr X`): "
-                                        "step, option, from, to"}
+                                        "(written by `bdlkit fit --resume DIR --lr X` and "
+                                        "--accept FIELD): step, option, from, to"}
     )
 
     def __post_init__(self) -> None:

@@ -54,10 +54,11 @@ from bdlkit.problems import BayesianModel
 from bdlkit.problems.likelihoods import Bernoulli, Gaussian, cat_predictives
 from bdlkit.problems.priors import IsotropicGaussian
 from bdlkit.problems.select import parameter_selection, select_parameters
-from bdlkit.runs import kept_metrics, likelihood_choice
+from bdlkit.runs import kept_metrics, likelihood_choice, run_record
 from bdlkit.runs import report as run_report
 from bdlkit.runs.config import RunConfig, method_options, resolved_hyper
 from bdlkit.runs.out_folder import check_out, prepare_out
+from bdlkit.runs.run_record import changes_of
 from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 TASKS = ("classification", "regression", "forecasting")
@@ -68,7 +69,8 @@ MAX_OUTPUTS = 1_000_000  # a declared num_classes above this would not fit in me
 # ---------------------------------------------------------------------- building blocks
 def load_dataset(cfg: RunConfig) -> Any:
     """The data set of ``cfg`` on ``cfg.device``: classification, regression or forecasting
-    windows (Targets are for the Python API)."""
+    windows (Targets are for the Python API). Its content digest is checked against the
+    one ``cfg`` records (``data_sha256``) and kept in its ``meta`` (:mod:`.run_record`)."""
     ds = data_module.load(cfg.data, root=cfg.data_root, **cfg.data_kwargs)
     task = getattr(ds, "task", None)
     if task not in TASKS:
@@ -77,7 +79,11 @@ def load_dataset(cfg: RunConfig) -> Any:
             f"{cfg.data!r} is {task or type(ds).__name__}. Use the Python API (bdlkit.infer) "
             "for Targets"
         )
-    return ds.to(cfg.device, getattr(torch, cfg.dtype))
+    digest = run_record.data_digest(cfg.data, ds)
+    run_record.check_data(cfg, digest)
+    ds = ds.to(cfg.device, getattr(torch, cfg.dtype))
+    ds.meta[run_record.DIGEST] = digest
+    return ds
 
 
 def build_problem(cfg: RunConfig, ds: Any) -> BayesianModel:
@@ -170,8 +176,9 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
     already loaded; ``callbacks``: the runner's (not part of the run's configuration);
     ``topology``: this process's place in a multi-process run (its chain's ranks must
     number ``cfg.data_parallel``), or None to read a finished run back in one process (its
-    whole minibatch: ``data_parallel × batch_size`` rows). Nothing is written here."""
-    batch_size = cfg.batch_size
+    whole minibatch: ``data_parallel × batch_size`` rows), which pins no
+    :data:`~.run_record.RESUME_ONLY` field. Nothing is written here."""
+    batch_size, stepping = cfg.batch_size, topology is not None
     if topology is None:
         topology, batch_size = SINGLE, cfg.batch_size * cfg.data_parallel
     elif topology.data_size != cfg.data_parallel:
@@ -190,6 +197,7 @@ def build_runner(cfg: RunConfig, run_dir: Path, progress: bool = False, ds: Any 
         checkpoint_seconds=60.0 * cfg.checkpoint_minutes,
         checkpoints_per_run=CHECKPOINTS_PER_RUN, progress=progress, callbacks=callbacks,
         compile=cfg.compile, topology=topology,
+        pinned=run_record.pinned(cfg, ds, stepping=stepping),
     )
     return runner, problem, ds, runner.total
 
@@ -216,6 +224,7 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
         values["pretrained"] = str(Path(cfg.pretrained).resolve())
     values["likelihood"] = likelihood_choice.name_of(runner.problem.likelihood)
     values["batch_size"] = runner.batch_size  # all rows for full-batch samplers (hmc, nuts)
+    values.update(run_record.inputs(runner.data))  # the data's digest, the thread count
     if runner.store is not None:
         store = runner.store
         values.update(burnin=store.burnin, thin=store.thin, max_samples=store.max_samples)
@@ -239,7 +248,14 @@ def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
     """Run ``cfg`` into the new run directory ``out`` and evaluate it; returns the metrics.
     The folder is locked for the whole run (:mod:`bdlkit.core.lock`). ``callbacks``: the
     runner's (:mod:`bdlkit.engine.callbacks`). On a data-parallel rank that is not its
-    chain's writer (``topology``) the run is made and nothing written: returns None."""
+    chain's writer (``topology``) the run is made and nothing written: returns None.
+    torch runs at ``cfg.threads`` threads (default: as it is) until it returns."""
+    with run_record.using_threads(cfg.threads):
+        return _fit(cfg, out, overwrite, progress, callbacks, topology)
+
+
+def _fit(cfg: RunConfig, out: str | os.PathLike, overwrite: bool, progress: bool,
+         callbacks: list[Any] | None, topology: Topology) -> RunOutput | None:
     if not topology.writer:
         replicas.wait_for_writer(topology, cfg.device)  # the folder is ready
         build_runner(cfg, Path(out), topology=topology)[0].fit(config={"hyper": cfg.hyper})
@@ -259,44 +275,64 @@ def fit(cfg: RunConfig, out: str | os.PathLike, *, overwrite: bool = False,
 
 
 def resume(run_dir: str | os.PathLike, *, progress: bool = False,
-           step_size: tuple[str, float] | None = None,
-           callbacks: list[Any] | None = None, topology: Topology = SINGLE) -> RunOutput | None:
+           step_size: tuple[str, float] | None = None, threads: int | None = None,
+           accept: tuple[str, ...] = (), callbacks: list[Any] | None = None,
+           topology: Topology = SINGLE) -> RunOutput | None:
     """Continue the run in ``run_dir`` from its newest intact checkpoint; returns the
     metrics. ``step_size=(option, value)`` gives the method's step size option (``lr``,
     ``step_size`` or ``eps``: what the NaN stop names) a new value from here on, e.g. a
     smaller one after a NaN stop; ``config.yaml`` is rewritten with it and the change
-    recorded under ``changes`` (step, option, old and new value). ``callbacks``: the
-    runner's, which need not be those of the interrupted run. On a rank that is not its
-    chain's writer (``topology``) the run continues from the configuration the writer
-    wrote, and nothing is written: returns None."""
+    recorded under ``changes`` (step, option, old and new value). The run continues at
+    the thread count it recorded; ``threads`` asks for another, which ``accept`` must
+    name, as it must every other pinned field edited in config.yaml
+    (:func:`.run_record.reconciled`: a difference not accepted is refused); an accepted
+    change is recorded under ``changes`` too. ``callbacks``: the runner's, which need not
+    be those of the interrupted run. On a rank that is not its chain's writer
+    (``topology``) the run continues from the configuration the writer wrote, and nothing
+    is written: returns None."""
     run_dir = Path(run_dir)
     device = read_config(run_dir).device  # not a run directory: refused before any write
     if not topology.writer:
         replicas.wait_for_writer(topology, device)  # config.yaml holds any step-size change
         cfg = read_config(run_dir)
-        build_runner(cfg, run_dir, topology=topology)[0].fit(
-            resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
+        with run_record.using_threads(cfg.threads):
+            build_runner(cfg, run_dir, topology=topology)[0].fit(
+                resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
         return None
     with _telling_replicas(topology, device) as ready, run_lock(run_dir, "resuming"):
         remove_stale_temps(run_dir)
-        cfg = read_config(run_dir)
-        runner, problem, ds, total = build_runner(cfg, run_dir, progress, callbacks=callbacks,
-                                                  topology=topology)
-        if step_size is not None:
-            path, ckpt = open_newest(run_dir / "checkpoints")
-            runner.check_checkpoint(ckpt.meta, path, changes_of(cfg))
-            cfg = _with_step_size(cfg, runner.algorithm.step_size_param, *step_size,
-                                  step=ckpt.step)
-            if ckpt.step >= total:
-                raise InputError(f"{run_dir} has finished ({ckpt.step} of {total} steps): "
-                                 "there is nothing to continue with a new step size; start "
-                                 "a new run with --out")
-            save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
-            runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds, callbacks,
-                                                      topology)
-        ready()
-        result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
-        return _finish(result, cfg, ds, run_dir)
+        recorded = read_config(run_dir)
+        cfg = run_record.reconciled(recorded, run_dir, run_record.newest_meta(run_dir),
+                                    threads=threads, accept=accept)
+        with run_record.using_threads(cfg.threads):
+            return _resume(cfg, recorded, run_dir, progress, step_size, callbacks, topology,
+                           ready)
+
+
+def _resume(cfg: RunConfig, recorded: RunConfig, run_dir: Path, progress: bool,
+            step_size: tuple[str, float] | None, callbacks: list[Any] | None,
+            topology: Topology, ready: Callable[[], None]) -> RunOutput:
+    """:func:`resume` on the writer, holding the lock, at ``cfg``'s thread count."""
+    runner, problem, ds, total = build_runner(cfg, run_dir, progress, callbacks=callbacks,
+                                              topology=topology)
+    cfg = run_record.with_inputs(cfg, ds)  # an older run's first resume records them
+    if cfg != recorded:
+        save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
+    if step_size is not None:
+        path, ckpt = open_newest(run_dir / "checkpoints")
+        runner.check_checkpoint(ckpt.meta, path, changes_of(cfg))
+        cfg = run_record.with_step_size(cfg, runner.algorithm.step_size_param, *step_size,
+                                        step=ckpt.step)
+        if ckpt.step >= total:
+            raise InputError(f"{run_dir} has finished ({ckpt.step} of {total} steps): "
+                             "there is nothing to continue with a new step size; start "
+                             "a new run with --out")
+        save_yaml(run_dir / "config.yaml", cfg.to_dict())  # before any new checkpoint
+        runner, problem, ds, total = build_runner(cfg, run_dir, progress, ds, callbacks,
+                                                  topology)
+    ready()
+    result = runner.fit(resume=True, config={"hyper": cfg.hyper}, changed=changes_of(cfg))
+    return _finish(result, cfg, ds, run_dir)
 
 
 @contextlib.contextmanager
@@ -315,31 +351,6 @@ def _telling_replicas(topology: Topology, device: str) -> Iterator[Callable[[], 
         if not told:
             replicas.writer_ready(topology, device, False)
         raise
-
-
-def changes_of(cfg: RunConfig) -> dict[str, int]:
-    """Options changed on resume -> the step of their latest change (``cfg.changes``)."""
-    return {c["option"]: c["step"] for c in cfg.changes}
-
-
-def _with_step_size(cfg: RunConfig, knob: str, name: str, value: Any, *,
-                    step: int) -> RunConfig:
-    """``cfg`` with the step size ``knob`` set to ``value`` and the change recorded."""
-    flag = "--" + knob.replace("_", "-")
-    if name != knob:
-        raise InputError(f"--resume changes only the step size of method {cfg.method!r}, "
-                         f"{flag}; got --{name.replace('_', '-')}. To change other options, "
-                         "start a new run with --out")
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
-                                       and value > 0):
-        raise InputError(f"{flag} must be a finite number > 0, got {value!r}")
-    values = cfg.to_dict()
-    old = values["hyper"].get(knob)
-    values["hyper"][knob] = float(value)
-    values["changes"] = [*(values.get("changes") or []),
-                         {"step": step, "option": knob, "from": old,
-                          "to": float(value)}]
-    return RunConfig(**values)
 
 
 def _finish(result: Result, cfg: RunConfig, ds: Any, run_dir: Path) -> RunOutput:
@@ -377,6 +388,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
             f"{run_dir} stopped at step {ckpt.step} of {total}; finish it first with "
             f"`bdlkit fit --resume {run_dir}`"
         )
+    run_record.check_against(cfg, ckpt.meta, run_dir)  # naming the field and the fix
     runner.check_checkpoint(ckpt.meta, path, changes_of(cfg), fix=f"{run_dir}/config.yaml "
                             "was edited after the run: restore its original values")
     state = state_from_tensors(runner.initial_state(), ckpt.state)
@@ -398,9 +410,10 @@ def reevaluate(run_dir: str | os.PathLike, *, ood: str | None = None,
     """Recompute ``metrics.json`` and ``report.md`` of a finished run, optionally with OOD
     data, reference probabilities and corruptions (:func:`bdlkit.evaluation.evaluate`),
     holding the folder's lock; ``num_draws``, ``max_test`` and ``progress`` as for
-    :func:`evaluate_result`."""
-    read_config(Path(run_dir))  # not a run directory: refused before anything is written
-    with run_lock(run_dir, "evaluating"):
+    :func:`evaluate_result`. torch runs at the run's recorded thread count, so that the
+    metrics are those the run wrote."""
+    threads = read_config(Path(run_dir)).threads  # not a run directory: refused first
+    with run_record.using_threads(threads), run_lock(run_dir, "evaluating"):
         remove_stale_temps(run_dir)
         result, cfg, ds = load_run(run_dir)
         return evaluate_result(result, cfg, ds, Path(run_dir), ood=ood, reference=reference,

