@@ -4,11 +4,15 @@
   ``TypeError`` and ``OSError`` that bdlkit's checks and the file system raise for it)
   is one line, ``bdlkit: error: <message>``, naming the option or file and the fix; exit
   status 2. Argument parsing errors look the same
-  (:class:`~bdlkit.cli_commands.OneLineParser`).
-- An interrupted run says how to resume it (exit 128 + signal, or 130); a run whose
+  (:class:`~bdlkit.cli_commands.OneLineParser`); a full disk names the file it could not
+  write and how to go on (:func:`no_space`).
+- An interrupted run says how to resume it (exit 128 + signal, or 130): SIGTERM stops a
+  command as Ctrl-C does (:mod:`bdlkit.cli_stops`: the ``torchrun`` resume command for a
+  run of several processes; what an interrupted ``evaluate`` had changed). A run whose
   density or parameters became NaN says so (exit 1), and so does a data-parallel replica
-  that stops because another rank of its chain refused or stopped the run
-  (``bdlkit: stopped: ...``, exit 1).
+  that stops because another rank of its chain refused or stopped the run, or because
+  another rank's process was lost (``bdlkit: stopped: ...``, exit 1: the lost rank, the
+  last checkpoint and the resume command).
 - Any other exception is a bug in bdlkit: its traceback, then one line saying so and
   asking for a report (exit 1).
 
@@ -18,16 +22,19 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from bdlkit import cli_stops
 from bdlkit.cli_commands import one_line
-from bdlkit.core.errors import InputError, NonFiniteError, ReplicaStopped
-from bdlkit.engine.signals import Interrupted
+from bdlkit.core.errors import InputError, NonFiniteError, PeerLost, ReplicaStopped
+from bdlkit.engine.signals import Interrupted, stops_raise
 from bdlkit.runs.config import ConfigValueError, parse_value
 
 INPUT_ERRORS = (InputError, ValueError, TypeError, OSError)
@@ -73,39 +80,51 @@ def relabel(err: ConfigValueError, on_command_line: set[str],
 
 def run_guarded(command: str, args: argparse.Namespace, body: Callable[[], int]) -> int:
     """``body()``, with what it raises reported as the module docstring says."""
-    try:
-        return body()
-    except Interrupted as err:
-        return _interrupted(command, err)
-    except KeyboardInterrupt:
-        run_dir = getattr(args, "resume", None) or getattr(args, "out", None)
-        hint = (f"; if the run had started, `bdlkit fit --resume {run_dir}` continues from its "
-                "newest checkpoint") if command == "fit" and run_dir else ""
-        print(f"\nbdlkit: interrupted{hint}", file=sys.stderr)
-        return 130
-    except (NonFiniteError, ReplicaStopped) as err:
-        print(f"bdlkit: stopped: {one_line(err)}", file=sys.stderr)
-        return 1
-    except INPUT_ERRORS as err:
-        if os.environ.get("BDLKIT_DEBUG"):
-            raise
-        print(f"bdlkit: error: {one_line(err)}", file=sys.stderr)
-        return 2
-    except Exception as err:  # noqa: BLE001 - a bug: show it, and say it is one
-        if os.environ.get("BDLKIT_DEBUG"):
-            raise
-        traceback.print_exc()
-        print(f"bdlkit: internal error ({type(err).__name__}): {INTERNAL_HINT}",
-              file=sys.stderr)
-        return 1
+    folder = cli_stops.run_folder(command, args) if command == "evaluate" else None
+    before = cli_stops.folder_state(folder) if folder is not None else None
+    with stops_raise() as ending:
+        try:
+            try:
+                return body()
+            finally:
+                ending()  # from here on no launcher's SIGTERM cuts the report short
+        except Interrupted as err:
+            return cli_stops.interrupted(command, args, err)
+        except KeyboardInterrupt as err:
+            return cli_stops.stopped(command, args, err, before)
+        except PeerLost as err:
+            return cli_stops.peer_lost(command, args, err)
+        except (NonFiniteError, ReplicaStopped) as err:
+            print(f"bdlkit: stopped: {one_line(err)}", file=sys.stderr)
+            return 1
+        except INPUT_ERRORS as err:
+            if os.environ.get("BDLKIT_DEBUG"):
+                raise
+            message = (no_space(command, args, err) if isinstance(err, OSError)
+                       and err.errno == errno.ENOSPC else one_line(err))
+            print(f"bdlkit: error: {message}", file=sys.stderr)
+            return 2
+        except Exception as err:  # noqa: BLE001 - a bug: show it, and say it is one
+            if os.environ.get("BDLKIT_DEBUG"):
+                raise
+            traceback.print_exc()
+            print(f"bdlkit: internal error ({type(err).__name__}): {INTERNAL_HINT}",
+                  file=sys.stderr)
+            return 1
 
 
-def _interrupted(command: str, err: Interrupted) -> int:
-    run_dir = err.checkpoint.parent.parent if err.checkpoint else None
-    print(f"\nbdlkit: {err}", file=sys.stderr)
-    if command == "reference":
-        print("resume with the same `bdlkit reference ...` command: finished chains are "
-              "reused and interrupted ones continue", file=sys.stderr)
-    elif run_dir is not None:
-        print(f"resume with: bdlkit fit --resume {run_dir}", file=sys.stderr)
-    return 128 + int(err.signum)
+def no_space(command: str, args: argparse.Namespace, err: OSError) -> str:
+    """The line for a full disk (``[Errno 28]``): the file that could not be written and
+    how to go on once space is freed (a ``fit`` with a checkpoint: ``--resume``)."""
+    where = f" writing {err.filename}" if err.filename else ""
+    then = "run the command again"
+    if command == "fit" and (getattr(args, "resume", None) or getattr(args, "out", None)):
+        run_dir = Path(args.resume or args.out)
+        checkpoints = [*run_dir.glob("checkpoints/step-*.safetensors"),
+                       *run_dir.glob("chain-*/checkpoints/step-*.safetensors")]
+        then = (f"`bdlkit fit --resume {run_dir}` continues from its newest checkpoint"
+                if checkpoints else f"run the command again with --overwrite ({run_dir} "
+                "has no checkpoint yet)")
+    elif command == "evaluate":
+        then = f"run `bdlkit evaluate {args.run_dir}` again"
+    return f"no space left on the device{where}: free some space, then {then}"

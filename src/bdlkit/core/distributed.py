@@ -15,6 +15,11 @@ collectives on bdlkit's pytrees: ``torch.func`` (the default oracle) does not co
 with the ``DistributedDataParallel`` wrapper (pytorch #102197, #130932), and bdlkit's
 update rules act on parameter pytrees, not on a module's ``.grad``. What is written
 here is the layout and three small helpers; the communication is torch's.
+
+Every collective bdlkit runs goes through :func:`collective`: when a peer's process ends
+(``kill -9``, out of memory, a crash elsewhere) the backend's error there becomes
+:class:`~bdlkit.core.errors.PeerLost`, naming the lost rank, which the command line
+reports as one line with the run's last checkpoint and its ``torchrun`` resume command.
 """
 
 from __future__ import annotations
@@ -23,18 +28,24 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from bdlkit.core.errors import InputError
+from bdlkit.core.errors import InputError, PeerLost
 
 BUCKET_BYTES = 25 * 2**20  #: all-reduce buckets of at most this size (DDP's default)
 ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+#: what gloo and nccl say in a collective whose peer's process ended or stopped answering
+#: (gloo: "Connection closed by peer [127.0.0.1]:37504. This is typically caused by a
+#: remote worker crashing.")
+PEER_FAILURE_TEXT = ("closed by peer", "reset by peer", "Broken pipe", "Connection refused",
+                     "remote worker", "Timed out", "timed out", "communicator was aborted")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -164,7 +175,7 @@ def all_reduce_sum(tensors: list[Tensor], group: Any,
         if not bucket:
             return
         flat = torch.cat([tensors[i].reshape(-1) for i in bucket])
-        dist.all_reduce(flat, group=group)
+        collective(lambda: dist.all_reduce(flat, group=group), group)
         for i, part in zip(bucket, flat.split([tensors[i].numel() for i in bucket]),
                            strict=True):
             out[i] = part.view(tensors[i].shape)
@@ -188,14 +199,14 @@ def any_of(flags: list[bool], group: Any, device: torch.device | str = "cpu") ->
     """Each flag OR-ed over ``group``: a decision every rank takes together (stop,
     checkpoint now), so that no rank waits in a collective the others skipped."""
     t = torch.tensor([int(f) for f in flags], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    collective(lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group), group)
     return [bool(v) for v in t.tolist()]
 
 
 def broadcast_int(value: int, src: int, group: Any, device: torch.device | str = "cpu") -> int:
     """``value`` of global rank ``src``, on every rank of ``group``."""
     t = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.broadcast(t, src=src, group=group)
+    collective(lambda: dist.broadcast(t, src=src, group=group), group)
     return int(t.item())
 
 
@@ -206,7 +217,7 @@ def same_everywhere(digest: str, group: Any, size: int,
     mine = torch.tensor([int(hashlib.sha256(digest.encode()).hexdigest()[:15], 16)],
                         dtype=torch.int64, device=device)
     found = [torch.zeros_like(mine) for _ in range(size)]
-    dist.all_gather(found, mine, group=group)
+    collective(lambda: dist.all_gather(found, mine, group=group), group)
     return all(bool((f == mine).all()) for f in found)
 
 
@@ -214,14 +225,63 @@ def all_gather_stack(t: Tensor, group: Any, size: int) -> Tensor:
     """``t`` of every rank of ``group``, stacked along a new leading dimension (rank order);
     every rank passes a tensor of the same shape and dtype."""
     found = [torch.empty_like(t) for _ in range(size)]
-    dist.all_gather(found, t.contiguous(), group=group)
+    collective(lambda: dist.all_gather(found, t.contiguous(), group=group), group)
     return torch.stack(found)
 
 
 def barrier() -> None:
     """Wait for every rank (a no-op alone)."""
     if dist.is_initialized():
-        dist.barrier()
+        collective(dist.barrier, None)
+
+
+def collective(run: Callable[[], T], group: Any) -> T:
+    """``run()``, a collective over ``group`` (None: every process), with a peer's loss
+    turned into :class:`~bdlkit.core.errors.PeerLost`: the backend's error, or a stop
+    signal (a launcher's SIGTERM) that arrived while that error was being raised.
+
+    Args:
+        run: the ``torch.distributed`` call.
+        group: its process group, whose other ranks are the ones that may be lost.
+    """
+    try:
+        return run()
+    except PeerLost:
+        raise
+    except BaseException as err:
+        detail = peer_failure(err)
+        if detail is None:
+            raise
+        raise lost_peer(group, detail) from err
+
+
+def peer_failure(err: BaseException | None) -> str | None:
+    """What the backend said, when ``err`` (or an exception it was raised while handling)
+    says that a peer's process ended or stopped answering; None for any other error."""
+    for _ in range(8):  # a stop signal raised during the backend's error, and so on
+        if err is None:
+            return None
+        if isinstance(err, (dist.DistNetworkError, dist.DistStoreError)) or (
+                isinstance(err, RuntimeError)
+                and any(text in str(err) for text in PEER_FAILURE_TEXT)):
+            said = re.sub(r"^\[[^\]]*\]\s*", "", str(err).strip().splitlines()[0])
+            return said.split(". ")[0][:200]  # gloo: "[pair.cc:553] Connection closed ..."
+        err = err.__context__
+    return None
+
+
+def lost_peer(group: Any, detail: str) -> PeerLost:
+    """The :class:`~bdlkit.core.errors.PeerLost` of this rank in ``group``: the lost rank
+    is the other one of a group of two, else one of the others (the backend does not say
+    which, only the address of the connection that closed)."""
+    if not dist.is_initialized():  # (a failed collective may have left it destroyed)
+        rank, members = int(os.environ.get("RANK", "0")), range(int(os.environ.get(
+            "WORLD_SIZE", "1")))
+    else:
+        rank = dist.get_rank()
+        members = (dist.get_process_group_ranks(group) if group is not None
+                   else range(dist.get_world_size()))
+    return PeerLost(rank, tuple(r for r in members if r != rank), detail)
 
 
 @contextlib.contextmanager
@@ -239,5 +299,5 @@ def joined(chain_groups: int = 1, device: str = "cpu", backend: str | None = Non
             dist.destroy_process_group()
         raise
     if dist.is_initialized():
-        dist.barrier()
+        collective(dist.barrier, None)
         dist.destroy_process_group()

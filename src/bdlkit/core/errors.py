@@ -33,6 +33,35 @@ class ReplicaStopped(RuntimeError):
     the run; that rank's message says why."""
 
 
+class PeerLost(RuntimeError):
+    """Another process of a multi-process run ended (killed, out of memory, crashed) or
+    stopped answering while this one waited for it in a collective (an all-reduce,
+    broadcast or barrier of ``torch.distributed``). Not a bug in bdlkit, and nothing is
+    lost that the run's last checkpoint holds: the command line reports it as one line
+    naming the lost rank, the last checkpoint and the ``torchrun`` command that resumes
+    the run (``docs/distributed.md``).
+
+    Args:
+        rank: this process's global rank.
+        lost: the global ranks of which one was lost (a single one when that is knowable:
+            the other rank of a group of two; empty when unknown).
+        detail: what the communication backend said (e.g. gloo's "Connection closed by
+            peer [127.0.0.1]:37504").
+    """
+
+    def __init__(self, rank: int, lost: tuple[int, ...] = (), detail: str = "") -> None:
+        self.rank, self.lost, self.detail = rank, tuple(lost), detail
+        who = ("another rank" if not lost else f"rank {lost[0]}" if len(lost) == 1
+               else "one of ranks " + ", ".join(str(r) for r in lost))
+        said = f" ({detail})" if detail else ""
+        super().__init__(f"{who} of this run was lost while rank {rank} waited for it: its "
+                         f"process ended (killed, out of memory or crashed; its own output "
+                         f"says why) or stopped answering{said}")
+
+    def __reduce__(self) -> tuple:  # picklable, e.g. from a worker process
+        return (PeerLost, (self.rank, self.lost, self.detail))
+
+
 class RecoveryWarning(UserWarning):
     """bdlkit recovered from damage: a damaged or diverged checkpoint was set aside and the
     run continues from an earlier one (the message names both files)."""

@@ -9,6 +9,10 @@ wait forever in a collective the others skipped:
   failed callback on the writer): :func:`decide_together` ORs the flags every step;
 * **that the replicas are still replicas**: :func:`verify` compares the digest of every
   rank's state at each checkpoint, before the writer writes it;
+* **that the checkpoint is on disk**: the writer announces it once written
+  (:func:`checkpoint_on_disk`) and a replica waits for that (:func:`checkpoint_written`), so
+  that it names the file when it stops and no replica leaves while its writer writes (a
+  launcher ends the other ranks when one exits);
 * **when and where to start**: the writer locks the folder, picks the newest intact
   checkpoint of a resume (setting damaged ones aside) and runs its callbacks' start;
   then it broadcasts the step it starts from (:func:`announce_start`), or -1 when it
@@ -150,6 +154,20 @@ def open_announced(topology: Topology, problem: Any, folder: Path) -> tuple[Path
     ones aside) and announced; read and checksummed here."""
     path = checkpoint_path(folder, wait_for_start(topology, problem))
     return path, load_checkpoint(path)
+
+
+def checkpoint_on_disk(topology: Topology, problem: Any) -> None:
+    """The writer tells its replicas that its checkpoint is on disk
+    (:func:`checkpoint_written`). A writer that failed to write it says nothing and its
+    process ends: its replicas then stop with :class:`~bdlkit.core.errors.PeerLost`."""
+    writer_ready(topology, device_of(problem), True)
+
+
+def checkpoint_written(topology: Topology, problem: Any, folder: Path, step: int) -> Path:
+    """A replica's side of :func:`checkpoint_on_disk`: the checkpoint its writer wrote after
+    ``step`` in ``folder``, once it is on disk."""
+    distributed.broadcast_int(-1, topology.leader, topology.group, device_of(problem))
+    return checkpoint_path(folder, step)
 
 
 def writer_ready(topology: Topology, device: torch.device | str, ok: bool) -> None:

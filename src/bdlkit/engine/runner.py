@@ -471,7 +471,9 @@ class Runner:
         tensors = state_to_tensors(state)
         if self.topology.data_parallel:
             replicas.verify(self.topology, self.problem, tensors, t, self.last_checkpoint)
-        if not self.writes:
+        if not self.writes:  # the writer's file, once it is on disk
+            self.last_checkpoint = replicas.checkpoint_written(
+                self.topology, self.problem, self.run_dir / "checkpoints", t)
             return
         if self.store is not None and t == total:
             self.store.flush()  # the last shard; earlier checkpoints hold unwritten draws
@@ -488,6 +490,7 @@ class Runner:
         folder = self.run_dir / "checkpoints"
         protect = None if largest <= self._sane_bound else newest_sane(folder)
         self.last_checkpoint = save_checkpoint(folder, ckpt, protect=protect)
+        replicas.checkpoint_on_disk(self.topology, self.problem)
         if self.store is not None:
             self.store.collect_garbage(keep=listed_files(folder))
 
