@@ -11,6 +11,14 @@ Target through the same oracle signature as a network posterior::
 ``theta`` may be one point ``(d,)`` or a stack of independent chains ``(c, d)``;
 ``value`` is then the sum over chains and ``score`` has the shape of ``theta``,
 so one algorithm step advances every chain at once.
+
+``log_prob``'s output is checked where it comes back (:meth:`Target.log_prob`, the first
+evaluation refuses, before any step): it must be a floating tensor (an integer-valued
+density, ``(...).long()``, is constant between integers) and, where a gradient is
+taken, connected to ``theta`` by autograd (a ``.detach()``, ``.item()`` or numpy detour
+would give a zero score and a sampler would random-walk). A density constant in θ by
+design declares its zero gradient with ``score=torch.zeros_like``. The
+checks read two attributes of the output: they cost nothing per step.
 """
 
 from __future__ import annotations
@@ -116,6 +124,7 @@ class Target:
             if _DTYPE_MISMATCH.search(str(err)):
                 raise InputError(self._dtype_advice(theta.dtype, err)) from err
             raise
+        self._check_density(flat, out)
         if out.shape != (flat.shape[0],):
             raise ValueError(
                 f"Target {self.name!r}: log_prob must map (n, {self.dim}) to (n,), "
@@ -147,9 +156,7 @@ class Target:
             return value.detach(), score.detach()
         with torch.enable_grad():  # plain autograd: about 3x cheaper per call than torch.func
             leaf = theta.detach().requires_grad_(True)
-            value = self.log_prob(leaf).sum()
-            if not value.requires_grad:  # a log density constant in θ
-                return value.detach(), torch.zeros_like(theta)
+            value = self.log_prob(leaf).sum()  # (its output is connected: _check_density)
             (score,) = torch.autograd.grad(value, leaf, allow_unused=True)
         return value.detach(), torch.zeros_like(theta) if score is None else score
 
@@ -178,6 +185,26 @@ class Target:
                 f"inside log_prob are not (torch: {reason}); build the Target with the "
                 f"data's dtype, e.g. Target(log_prob, dim={self.dim}, dtype={other}), or cast "
                 f"the data to theta's dtype (data{cast})")
+
+    def _check_density(self, flat: Tensor, out: object) -> None:
+        """Refuse a ``log_prob`` output that is no floating tensor, or that autograd does not
+        connect to ``flat`` where a gradient is taken (module docstring)."""
+        if not isinstance(out, Tensor):
+            raise InputError(f"Target {self.name!r}: log_prob must return a torch.Tensor of "
+                             f"shape (n,), got {type(out).__name__}; compute it with torch "
+                             "operations on theta")
+        if not out.dtype.is_floating_point:
+            raise InputError(f"Target {self.name!r}: log_prob returns {out.dtype} values; a "
+                             "log density must be floating (an integer one is constant "
+                             "between integers, so every gradient is 0): drop the integer "
+                             "cast or rounding")
+        if flat.requires_grad and torch.is_grad_enabled() and not out.requires_grad:
+            raise InputError(f"Target {self.name!r}: log_prob's output has no gradient path "
+                             "to theta (a .detach(), .item(), numpy or torch.no_grad inside "
+                             "it), so every score would be 0 and a sampler would "
+                             "random-walk: compute it with torch operations on theta; if it "
+                             "is constant in theta by design, pass "
+                             "score=torch.zeros_like")
 
     def _check_theta(self, theta: Tensor) -> None:
         if not isinstance(theta, Tensor):
