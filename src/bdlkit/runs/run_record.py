@@ -65,7 +65,7 @@ PINNED: dict[str, str] = {
     "threads": "the steps' arithmetic (the order of parallel sums)",
     "device": "the steps' arithmetic",
 }
-#: Pinned fields only a resume compares: how the steps compute, not what they compute.
+#: Pinned fields only a resume compares (how the steps compute, not what they compute).
 RESUME_ONLY = ("threads", "device")
 #: Pinned fields a resume may continue with changed (``--accept FIELD``), and what that means.
 ACCEPTABLE: dict[str, str] = {
@@ -91,7 +91,7 @@ HARMLESS: dict[str, str] = {
     "data_parallel": "checked against the launch (torchrun)",
     "changes": "the record of accepted changes itself",
 }
-#: Pinned fields an older bdlkit did not record (None in its config.yaml: not checked).
+#: Pinned fields an older bdlkit did not record (None in its config.yaml, not checked).
 RECORDED_SINCE = ("data_sha256", "threads")
 #: The key of a loaded data set's ``meta`` that holds its :func:`data_digest`.
 DIGEST = "sha256"
