@@ -236,7 +236,17 @@ def nan_message(algorithm: Any, what: str, t: int, run_dir: Path | None
                 ) -> tuple[str, Path | None]:
     """The NaN stop's message, and the checkpoint a resume continues from: with a
     ``run_dir`` the checkpoints after the newest sane one are set aside first
-    (:func:`set_aside_diverged`), so the message names that one."""
+    (:func:`set_aside_diverged`), so the message names that one. A log density that is
+    already NaN at step 1 was evaluated at the initial parameters, before any step size
+    acted: the message says so instead of blaming the step size."""
+    if t == 1 and what != "the parameters":  # step 1 evaluates it at the start
+        good = set_aside_diverged(run_dir / "checkpoints") if run_dir is not None else None
+        return (f"{algorithm.label}: {what} was NaN or infinite at step 1, where it is "
+                "evaluated at the initial parameters, so no step size is to blame: the "
+                "initial (or --pretrained) parameters hold NaN or inf, or the model gives a "
+                "non-finite density there: check the initial weights, the data (extreme "
+                "values) and the prior scale, and that the network's outputs at its "
+                "initialisation are finite"), good
     knob, lr = vi_checks.step_size(algorithm)  # the option the algorithm declares
     hint = f" (now {knob}={lr})" if isinstance(lr, (int, float)) else ""
     kept, good = "", None

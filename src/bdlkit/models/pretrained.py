@@ -3,10 +3,11 @@
 ``load_weights(net, path)`` copies the tensors of ``path`` (keys: the network's
 ``state_dict`` names, as ``safetensors.torch.save_file(net.state_dict(), path)`` writes
 them) into ``net`` and returns them. Keys the network lacks, or a tensor of another
-shape, are refused with the names, and so is a file with no tensors; network tensors the
-file lacks (a new classification head) keep their fresh initialisation, with a warning
-naming them. Nothing is unpickled: a ``.pt``/``.pth`` checkpoint is refused with the
-one-line conversion.
+shape, are refused with the names, and so are a file with no tensors and one holding NaN
+or infinite values (a run would stop at its first step); network tensors the file lacks
+(a new classification head) keep their fresh initialisation, with a warning naming them.
+Nothing is unpickled: a ``.pt``/``.pth`` checkpoint is refused with the one-line
+conversion.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def load_weights(net: nn.Module, path: str | os.PathLike) -> dict[str, torch.Ten
              for k, v in weights.items() if v.shape != own[k].shape]
     if wrong:
         raise InputError(f"{path}: shapes differ from the network's: {wrong[:3]}")
+    nonfinite = sorted(k for k, v in weights.items()
+                       if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    if nonfinite:
+        raise InputError(f"{path} holds NaN or infinite values in {len(nonfinite)} tensor(s) "
+                         f"({nonfinite[:5]}): these weights cannot start a run; save finite "
+                         "weights (the training that wrote them diverged, or the file was "
+                         "written from a broken model)")
     with torch.no_grad():
         for k, v in weights.items():
             own[k].copy_(v.to(own[k]))
