@@ -11,6 +11,10 @@ computed in log space and streamed over draws by :mod:`bdlkit.evaluation.predict
 class probabilities, or for a Gaussian likelihood as the mixture's mean and variance
 (``Var = mean_s σ_s² + mean_s (μ_s - μ̄)²``); ``Result.predictive`` gives the extras. ``save``/``load``
 write JSON and safetensors only (no pickle), atomically.
+
+Every method that takes inputs (``predict``, ``predictive``, ``intervals``, ``forecast``,
+``to_arviz(x)``) checks them against the training inputs' per-example shape and dtype
+(:mod:`bdlkit.engine.result_contract`) and refuses others with one line naming both.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from bdlkit.core.protocol import Algorithm, Problem
 from bdlkit.core.serialization import save_json, save_tensors, state_to_tensors
 from bdlkit.core.tree import TensorTree, index, num_draws
 from bdlkit.engine.collect import SampleStore
+from bdlkit.engine.result_contract import ResultContract
 from bdlkit.evaluation import arviz_export
 from bdlkit.evaluation.draw_predictions import (
     PredictiveSamples,
@@ -58,6 +63,9 @@ class Result:
         config: the run's settings (method, seed, steps, hyperparameters, ...).
         kind: what the method returns (``bdlkit.core.protocol.KINDS``); taken from ``algorithm``
             when there is one.
+        contract: what its inputs and problem must agree with when it is used again
+            (:mod:`bdlkit.engine.result_contract`); default: the record of ``problem``,
+            taken now (the training inputs' per-example shape and dtype, the problem).
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class Result:
         history: list[dict[str, float]],
         config: dict[str, Any],
         kind: str | None = None,
+        contract: ResultContract | None = None,
     ) -> None:
         self.problem = problem
         self.algorithm = algorithm
@@ -78,6 +87,7 @@ class Result:
         self.history = history
         self.config = config
         self.kind = algorithm.kind if algorithm is not None else kind
+        self.contract = ResultContract.of(problem) if contract is None else contract
         self.source = "this session"  # or what bdlkit.load opened
 
     @property
@@ -201,13 +211,17 @@ class Result:
         """How many draws :meth:`iter_draws` yields with these arguments (none is read)."""
         return self.draws.stream_count(num_samples, max_draws)
 
-    def _check_model(self, num_samples: int) -> None:
+    def _check_model(self, num_samples: int, x: Tensor, where: str) -> None:
+        """Refuse a prediction without a model, with no draws, or at inputs ``x`` that break
+        the input contract (another per-example shape or dtype than the training inputs')."""
         if self.problem is None:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         if not isinstance(self.problem, BayesianModel):
             raise ValueError("predict() needs a BayesianModel result; for a Target use sample()")
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if self.contract.inputs is not None:
+            self.contract.inputs.check(x, f"Result.{where}")
 
     @torch.no_grad()
     def predictive(self, x: Tensor, y: Tensor | None = None, num_samples: int = 32,
@@ -223,7 +237,7 @@ class Result:
             progress: called with ``len(x)`` after each draw's predictions (a progress bar's
                 ``update``).
         """
-        self._check_model(num_samples)
+        self._check_model(num_samples, x, "predictive")
         return bma(self.problem, self.iter_draws(num_samples, max_draws=max_draws), x, y,
                    chunk_size, progress=progress)
 
@@ -244,6 +258,7 @@ class Result:
         ``samples.std`` ``(S, n, ...)``. Memory: S × n × K values (2 × S × n × ... for
         regression), unlike the streaming BMA, which holds one draw at a time.
         """
+        self._check_model(num_samples, x, "predict")
         dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
         if return_samples:
             out, samples = self._with_samples(x, num_samples, chunk_size, dtype)
@@ -261,8 +276,8 @@ class Result:
         return pred if samples is None else (pred, samples)
 
     def _with_samples(self, x: Tensor, num_samples: int, chunk_size: int,
-                      dtype: torch.dtype) -> tuple[Any, PredictiveSamples]:
-        self._check_model(num_samples)
+                      dtype: torch.dtype, where: str = "predict") -> tuple[Any, PredictiveSamples]:
+        self._check_model(num_samples, x, where)
         return bma_with_samples(self.problem, self.iter_draws(num_samples), x, chunk_size, dtype)
 
     def intervals(self, x: Tensor, level: float = 0.9, num_samples: int = 32,
@@ -278,7 +293,7 @@ class Result:
         if not 0 < level < 1:
             raise ValueError(f"level must be in (0, 1), got {level}")
         dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
-        _, s = self._with_samples(x, num_samples, chunk_size, torch.float64)
+        _, s = self._with_samples(x, num_samples, chunk_size, torch.float64, "intervals")
         lower, upper = GaussianMixture(s.mean, s.std).interval(level)
         return lower.to(dtype), upper.to(dtype)
 
@@ -291,6 +306,8 @@ class Result:
             raise ValueError("this result was loaded without its problem; pass problem= to load")
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if self.contract.inputs is not None:
+            self.contract.inputs.check(x, "Result.forecast")
         return forecast_mixture(self.problem, self.iter_draws(num_samples), x, chunk_size)
 
     def to_arviz(self, x: Tensor | None = None, num_samples: int = 100,
@@ -303,6 +320,8 @@ class Result:
         ``x``, ``posterior_predictive``: each draw's predictive at ``x`` (``probs``, or
         ``mean`` and ``std``). Needs ArviZ (``pip install 'bdlkit[diagnostics]'``)."""
         arviz_export.import_arviz()  # a clear ImportError before any work
+        if x is not None:
+            self._check_model(num_samples, x, "to_arviz")
         if self.kind == "optimizer":
             raise ValueError("an optimiser's result is one point, with no posterior draws; "
                              "use a sampler, VI or an ensemble")
@@ -316,7 +335,6 @@ class Result:
                  if isinstance(self.problem, Target) else None)
         predictive = None
         if x is not None:
-            self._check_model(num_samples)
             singles = (index(stacked, s) for s in range(num_draws(stacked)))
             dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
             _, predictive = bma_with_samples(self.problem, singles, x, chunk_size, dtype)
@@ -343,5 +361,6 @@ class Result:
                 files[file] = save_tensors(path / file, content if isinstance(content, dict)
                                            else {"_": content})
         save_json(path / "result.json", {"format": FORMAT_VERSION, "config": self.config,
-                                         "history": self.history, "files": files})
+                                         "history": self.history, "files": files,
+                                         "contract": self.contract.to_json()})
         return path

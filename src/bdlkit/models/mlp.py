@@ -37,7 +37,9 @@ class MLP(nn.Module):
         activation: one of ``"relu"``, ``"tanh"``, ``"silu"``, ``"gelu"``.
         dropout: the rate p in [0, 1) of a dropout layer before every ``Linear`` (0: none).
 
-    ``forward`` maps ``(n, *in_shape)`` (or ``(n, prod(in_shape))``) to ``(n, out_features)``.
+    ``forward`` maps ``(n, *in_shape)`` (or ``(n, prod(in_shape))``) to ``(n, out_features)``;
+    inputs with another number of values per example are refused (flattening them would
+    regroup their values into another number of rows).
     """
 
     def __init__(
@@ -71,5 +73,11 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Flatten ``x`` to ``(n, prod(in_shape))`` and apply the network."""
+        """Flatten ``x`` to ``(n, prod(in_shape))`` and apply the network (a 1-d ``x`` is one
+        example, or ``n`` scalar ones when ``in_shape`` is ``(1,)``)."""
+        per_row = math.prod(x.shape[1:]) if x.ndim > 1 else (1 if self.in_dim == 1 else x.numel())
+        if per_row != self.in_dim:
+            raise ValueError(f"MLP takes examples of shape {self.in_shape} ({self.in_dim} values "
+                             f"each), got x of shape {tuple(x.shape)} ({per_row} values per "
+                             f"example): pass x of shape (n, {self.in_dim})")
         return self.net(torch.reshape(x, (-1, self.in_dim)))

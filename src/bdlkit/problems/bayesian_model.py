@@ -38,7 +38,9 @@ import torch
 from torch import Tensor, nn
 
 from bdlkit.core.distributed import Topology
+from bdlkit.core.errors import InputError
 from bdlkit.problems.data_parallel import ShardReducer
+from bdlkit.problems.inputs import InputContract
 from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
 from bdlkit.problems.oracles import (
     FlatModuleOracle,
@@ -113,6 +115,9 @@ class BayesianModel:
         self.buffers = buffers
         self.oracle = oracle
         self.reducer: ShardReducer | None = None  # data parallel: set by shard_over
+        #: the per-example shape and dtype of the data last validated (what a Result checks
+        #: its inputs against); None until :meth:`validate_data`
+        self.example_inputs: InputContract | None = None
         self.precision = check_precision(precision)
         self.bayesian_names = select_parameters(module, bayesian)
         clash = [n for n, _ in module.named_parameters() if n.startswith(PREFIX)]
@@ -313,7 +318,10 @@ class BayesianModel:
 
     # ----------------------------------------------------------------- validation
     def validate_data(self, data: Any) -> None:
-        """Check inputs and targets before any training step; raise ``ValueError``.
+        """Check inputs, targets and the network's outputs before any training step; raise
+        ``ValueError`` (an :class:`~bdlkit.core.errors.InputError` for a network that
+        returns no floating tensor). Records the inputs' per-example shape and dtype in
+        ``example_inputs``, which a :class:`~bdlkit.Result` checks its inputs against.
 
         ``data`` is a :class:`~bdlkit.data.Dataset`, an ``(x, y)`` pair of tensors or a
         ``DataLoader`` (then its first batch is checked).
@@ -344,8 +352,19 @@ class BayesianModel:
             raise ValueError(
                 f"the network cannot take inputs of shape {tuple(x.shape[1:])} per example: {err}"
             ) from err
+        network = type(self.module).__name__
+        if not isinstance(outputs, Tensor):
+            raise InputError(f"the network {network} returns a {type(outputs).__name__}, not "
+                             "a tensor: its forward must return the outputs (logits, means) "
+                             "as one torch.Tensor")
+        if not outputs.dtype.is_floating_point:
+            raise InputError(f"the network {network} returns {outputs.dtype} outputs; the "
+                             "likelihood needs floating outputs (logits, means) to "
+                             "differentiate: return them as floats (drop the integer cast "
+                             "or rounding in its forward)")
         # every target is checked against the output shape of one example (cheap)
         self.likelihood.check_targets(y, outputs[:1].expand(y.shape[0], *outputs.shape[1:]))
+        self.example_inputs = InputContract.of(x)
 
 
 #: the methods whose override rules out the flat oracle (it computes them itself)

@@ -26,6 +26,7 @@ from bdlkit.core.serialization import (
     state_from_tensors,
 )
 from bdlkit.engine.result import FORMAT_VERSION, Result
+from bdlkit.engine.result_contract import ResultContract
 from bdlkit.runs.directory import load_run
 
 RESULT_FOLDER = "result folder (Result.save)"
@@ -63,13 +64,18 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
 
     Without ``problem`` the result holds samples and history only; pass the same
     problem (e.g. the same ``BayesianModel``) to restore the algorithm state and use
-    ``predict``.
+    ``predict``: another one (a different prior, likelihood or network layer, though the
+    shapes agree) is refused, naming what differs (:mod:`bdlkit.engine.result_contract`).
+    A folder written in another format (by another bdlkit version) is refused, saying
+    which.
     """
     path = Path(path)
     meta = load_json(path / "result.json")
     where = path / "result.json"
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION or "config" not in meta:
-        raise CorruptFileError(f"{where} is not a bdlkit result (format {FORMAT_VERSION})")
+    _check_format(meta, where)
+    if "config" not in meta:
+        raise CorruptFileError(f"{where} is not a bdlkit result (format {FORMAT_VERSION}): "
+                               "it holds no config; save the result again")
     config, files = meta["config"], meta.get("files")
     if not isinstance(config, dict) or not isinstance(config.get("method"), str):
         raise CorruptFileError(f"{where} names no method (its config has no 'method'): it "
@@ -82,7 +88,9 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
     if tensors is not None:
         samples = tensors["_"] if set(tensors) == {"_"} else tensors
     algorithm = state = None
+    contract = ResultContract.from_json(meta.get("contract"))
     if problem is not None:
+        contract.check_problem(problem, path)
         if not config.get("hyper_serializable", True):
             raise ValueError(
                 f"{path} was run with non-serialisable hyperparameters ({config['hyper']}); "
@@ -101,8 +109,26 @@ def load_result(path: str | os.PathLike, problem: Problem | None = None) -> Resu
             raise CorruptFileError(f"{path} holds no state.safetensors: save the result again")
         state = state_from_tensors(template, saved)
     return Result(problem, algorithm, state, samples, meta.get("history", []), config,
-                  kind=config.get("kind"))
+                  kind=config.get("kind"), contract=contract)
 
+
+def _check_format(meta: object, where: Path) -> None:
+    """Refuse a ``result.json`` that is not a result's, or one of another format version
+    (written by a newer or older bdlkit), with what to do."""
+    written = meta.get("format") if isinstance(meta, dict) else None
+    if not isinstance(written, int) or isinstance(written, bool):
+        raise CorruptFileError(f"{where} is not a bdlkit result (it records no format "
+                               "version): save the result again")
+    if written > FORMAT_VERSION:
+        raise CorruptFileError(
+            f"{where} was written by a newer bdlkit (result format {written}; this bdlkit "
+            f"reads format {FORMAT_VERSION}): upgrade bdlkit (pip install -U bdlkit) to "
+            "load it, or run the inference again with this version")
+    if written < FORMAT_VERSION:
+        raise CorruptFileError(
+            f"{where} was written by an older bdlkit (result format {written}; this bdlkit "
+            f"reads format {FORMAT_VERSION}): load it with the bdlkit release that saved "
+            "it, or run the inference again and save it with this one")
 
 
 def _read(path: Path, name: str, files: dict[str, str | None] | None) -> dict | None:
