@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,7 +45,6 @@ ENV_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 #: remote worker crashing.")
 PEER_FAILURE_TEXT = ("closed by peer", "reset by peer", "Broken pipe", "Connection refused",
                      "remote worker", "Timed out", "timed out", "communicator was aborted")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -235,7 +234,7 @@ def barrier() -> None:
         collective(dist.barrier, None)
 
 
-def collective(run: Callable[[], T], group: Any) -> T:
+def collective(run: Callable[[], Any], group: Any) -> Any:
     """``run()``, a collective over ``group`` (None: every process), with a peer's loss
     turned into :class:`~bdlkit.core.errors.PeerLost`: the backend's error, or a stop
     signal (a launcher's SIGTERM) that arrived while that error was being raised.
