@@ -7,7 +7,6 @@ the same function (:func:`dist_worker.run`) in the test process.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import dist_worker
 import pytest
 import torch
 from safetensors.torch import load_file
+
+from bdlkit.engine.runlog import read_log
 
 STEPS = 50
 METHODS = ("sghmc", "score_vi", "l2e")
@@ -117,6 +118,6 @@ def test_kill_one_rank_then_resume_is_bit_exact(tmp_path: Path):
 
 
 def _log(run_dir: Path) -> list[dict]:
-    """The writer's log without its wall times."""
-    lines = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    """The writer's log without its wall times (and the digests, which cover them)."""
+    lines = read_log(run_dir / "log.jsonl")
     return [{k: v for k, v in e.items() if k != "time_s"} for e in lines]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from bdlkit.cli import main
 from bdlkit.core.serialization import state_to_tensors
 from bdlkit.engine.callbacks import CallbackError, Hooks, LogEvent, TensorBoardLogger
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
+from bdlkit.engine.runlog import read_log
 from bdlkit.engine.runner import Runner
 
 STEPS = 30
@@ -31,7 +31,8 @@ def _runner(blr, run_dir=None, callbacks=None, **kw):
 
 
 def _log(run_dir):
-    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    """log.jsonl's entries, their digests checked and left out (as bdlkit reads them)."""
+    return read_log(run_dir / "log.jsonl")
 
 
 def _norm(params):

@@ -36,6 +36,7 @@ from filelock import FileLock
 
 from bdlkit.core.serialization import load_tensors_with_metadata
 from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
+from bdlkit.engine.runlog import read_log
 
 KILLER = r"""
 import importlib, os, re, signal, sys
@@ -128,8 +129,9 @@ def baseline(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path
 
 # ------------------------------------------------------------------ comparisons
 def log_lines(run: Path) -> list[dict]:
-    """``log.jsonl``'s entries without their ``time_s``."""
-    lines = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    """``log.jsonl``'s entries without their ``time_s`` (their digests, which cover it,
+    checked and left out by :func:`read_log`)."""
+    lines = read_log(run / "log.jsonl")
     for line in lines:
         line.pop("time_s", None)
     return lines

@@ -19,6 +19,7 @@ hyperparameters).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -26,6 +27,7 @@ import os
 import re
 import struct
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,8 @@ from bdlkit.core.errors import CorruptFileError
 from bdlkit.core.tree import tree_flatten_with_path, tree_unflatten
 
 __all__ = ["CorruptFileError", "atomic_write_bytes", "canonical_header", "check_digest",
-           "load_json", "load_tensors", "load_tensors_with_metadata", "remove_stale_temps",
-           "save_json",
+           "fsync_file", "load_json", "load_tensors", "load_tensors_with_metadata",
+           "naming_the_file", "remove_stale_temps", "save_json",
            "save_tensors", "state_from_tensors", "state_to_tensors", "tensor_digest"]
 
 DIGEST_KEY = "bdlkit.sha256"  # the metadata entry of a tensor file's checksum
@@ -48,22 +50,47 @@ _TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write_bytes' temporar
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file, fsync, rename)."""
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename). An ``OSError``
+    that names no file (a full disk: ``[Errno 28]``) is raised again naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with naming_the_file(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            if hasattr(os, "fchmod"):  # mkstemp makes 0600; give the usual file mode
+                os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        fsync_folder(path.parent)
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str | os.PathLike) -> Iterator[None]:
+    """Raise an ``OSError`` of the block that names no file (``write`` and ``fsync`` on a
+    full disk raise ``[Errno 28] No space left on device`` alone) again naming ``path``,
+    so the message says which file could not be written."""
     try:
-        if hasattr(os, "fchmod"):  # mkstemp makes 0600; give the usual file mode
-            os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_folder(path.parent)
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from err
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Make what was written to ``path`` (e.g. appended lines) durable."""
+    with naming_the_file(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def fsync_folder(folder: str | os.PathLike) -> None:

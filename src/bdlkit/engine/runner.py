@@ -71,7 +71,7 @@ from bdlkit.engine.resume import (
     open_newest,
     run_fingerprint,
 )
-from bdlkit.engine.runlog import append_log, due, log_entry, postfix, read_log, truncate_log
+from bdlkit.engine.runlog import LOG_DIGEST, LogWriter, due, log_entry, postfix, read_log
 from bdlkit.engine.signals import Interrupted, deferred_stop
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.full_gaussian import FullGaussianParams
@@ -279,9 +279,8 @@ class Runner:
         sampler = self.algorithm.collects_draws
         vi = isinstance(self.algorithm, Variational)
         state, start, history, elapsed = self._start(total, resume)
-        log = self.run_dir / "log.jsonl" if self.run_dir and self.writes else None
-        if log is not None:
-            truncate_log(log, start)
+        self._log = log = (LogWriter(self.run_dir / "log.jsonl", history)  # (chained digests)
+                           if self.run_dir and self.writes else None)
         method = self.algorithm.name
         self.callbacks.start(start, total, history, method)
         self._start_signal.send(start)  # the replicas start with the writer (its step)
@@ -315,7 +314,7 @@ class Runner:
                 if entry is not None:
                     history.append(entry)
                     if log is not None:
-                        append_log(log, entry)
+                        log.append(entry)
                     failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
                     if not bar.disable:  # a disabled bar still formats its postfix
                         bar.set_postfix(postfix(entry), refresh=False)
@@ -423,7 +422,7 @@ class Runner:
         self.batches.load_state_dict(ckpt.data)
         set_global_rng_state(ckpt.rng)
         self.last_checkpoint = path
-        history = read_log(self.run_dir / "log.jsonl", ckpt.step)
+        history = read_log(self.run_dir / "log.jsonl", ckpt.step, meta.get(LOG_DIGEST))
         return state, ckpt.step, history, float(meta.get("elapsed_s", 0.0))
 
     def _advance(self, state: Any, t: int, total: int, compiled: CompiledSteps | None
@@ -484,7 +483,8 @@ class Runner:
         meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
                 "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed,
                 "store": store_meta, "max_abs": largest, "sane_bound": self._sane_bound,
-                **self.fingerprint()}
+                LOG_DIGEST: self._log.head, **self.fingerprint()}
+        self._log.sync()  # the lines the checkpoint's log_digest ends are on disk first
         ckpt = Checkpoint(step=t, meta=meta, state=tensors, store=store_tensors,
                           data=self.batches.state_dict(t), rng=global_rng_state())
         folder = self.run_dir / "checkpoints"

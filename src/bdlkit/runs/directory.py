@@ -46,7 +46,7 @@ from bdlkit.engine.checkpoint import latest_checkpoint, load_checkpoint
 from bdlkit.engine.collect import DiskStore
 from bdlkit.engine.result import Result
 from bdlkit.engine.resume import open_newest
-from bdlkit.engine.runlog import read_log
+from bdlkit.engine.runlog import LOG_DIGEST, read_log
 from bdlkit.engine.runner import Runner
 from bdlkit.models import build_for_data, forecaster_for
 from bdlkit.models.pretrained import load_weights
@@ -397,7 +397,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[Result, RunConfig, Any]:
         store = DiskStore.open(run_dir / "samples", f"`bdlkit fit --resume {run_dir}` rewrites "
                                "it from the final checkpoint")
         store.check_record(ckpt.meta.get("store"), str(path))
-    history = read_log(run_dir / "log.jsonl")
+    history = read_log(run_dir / "log.jsonl", ckpt.step, ckpt.meta.get(LOG_DIGEST))
     config = {"method": cfg.method, "kind": runner.algorithm.kind, "seed": cfg.seed,
               "steps": total, "hyper": cfg.hyper, "wall_time_s": ckpt.meta.get("elapsed_s")}
     return Result(problem, runner.algorithm, state, store, history, config), cfg, ds
