@@ -109,16 +109,17 @@ def test_nan_stops_naming_step_method_and_fix_and_keeps_last_good_checkpoint(
 
 
 def test_resume_refuses_a_different_configuration_and_fresh_runs_refuse_a_used_dir(blr, tmp_path):
-    _runner(blr, tmp_path).fit(50)
+    run_dir = tmp_path / "run"  # (beside "empty": run folders do not nest)
+    _runner(blr, run_dir).fit(50)
     with pytest.raises(ValueError, match="total_steps=50"):
-        _runner(blr, tmp_path).fit(60, resume=True)
+        _runner(blr, run_dir).fit(60, resume=True)
     model, data, _, _ = blr
     other = Runner(get_method("sgld").build(model, lr=2e-3), data, seed=0, batch_size=16,
-                   run_dir=tmp_path)
+                   run_dir=run_dir)
     with pytest.raises(ValueError, match="lr"):
         other.fit(50, resume=True)
     with pytest.raises(FileExistsError, match="resume=True"):
-        _runner(blr, tmp_path).fit(50)
+        _runner(blr, run_dir).fit(50)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         _runner(blr, tmp_path / "empty").fit(50, resume=True)
 

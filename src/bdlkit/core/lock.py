@@ -11,8 +11,20 @@ behind; the error then says to delete it once no bdlkit process runs.) ``bdlkit 
 :meth:`bdlkit.Runner.fit` for any ``run_dir``. The lock is re-entrant within a process
 and thread (the command locks the folder, then the runner inside it locks it again).
 
+Run folders do not nest, and the lock covers the folder tree it guards. A *run folder* is
+one a bdlkit writer owns: it holds a run's or a reference's marker (``.bdlkit-run``,
+``.bdlkit-reference``), a bdlkit lock, or ``config.yaml`` with ``log.jsonl`` (a run of an
+older bdlkit). :func:`check_not_nested` refuses a new writer's folder inside a run folder,
+or holding one below it (an ``--overwrite`` of the outer folder would delete the inner
+run under its writer), but for the chains a run is made to hold: ``OUT/chain-<g>`` of a
+chain-groups run (its ``.bdlkit-run`` without ``config.yaml``) and ``DIR/chains/chain-<c>``
+of a reference. A plain folder holding runs (``runs/``, what ``bdlkit compare runs/*``
+reads) is not a run folder and may hold as many as it likes. :func:`run_lock` checks it
+when it first takes a folder; :func:`holding_locks_below` holds the lock of every run
+folder under one that is about to be deleted, refusing one another process is writing.
+
 filelock does the locking (it is already a dependency of torch); this module only adds
-the holder record and the message.
+the holder record, the folder tree and the messages.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -35,11 +48,18 @@ from bdlkit.core.serialization import atomic_write_bytes
 LOCK_NAME = ".bdlkit-lock"
 HOLDER_NAME = ".bdlkit-lock.holder"
 LOCK_FILES = (LOCK_NAME, HOLDER_NAME)  # what the lock puts in a folder
+RUN_MARKER = ".bdlkit-run"  # a run folder (or a chain-groups run's OUT), bdlkit's to replace
+REFERENCE_MARKER = ".bdlkit-reference"  # a `bdlkit reference` folder
+_CHAIN = re.compile(r"chain-\d+")  # the chains a chain-groups run or a reference holds
 _HELD: dict[tuple[str, int], list] = {}  # (resolved folder, thread) -> [FileLock, depth]
 
 
 class FolderBusyError(InputError):
     """Another live process is writing the run folder."""
+
+
+class NestedRunError(InputError):
+    """A run folder inside another run folder, or holding one."""
 
 
 @contextlib.contextmanager
@@ -48,11 +68,18 @@ def run_lock(folder: str | os.PathLike, purpose: str = "writing") -> Iterator[Pa
 
     Raises:
         FolderBusyError: another live process holds it; the message names it.
+        NestedRunError: ``folder`` lies inside a run folder or holds one
+            (:func:`check_not_nested`).
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     key = (str(folder.resolve()), threading.get_ident())
     held = _HELD.get(key)
+    if held is None:  # (re-entered, it was checked when first taken)
+        if folder.exists() and not folder.is_dir():
+            raise FileExistsError(f"{folder} is a file, not a folder: choose another folder "
+                                  "for the run")
+        check_not_nested(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     if held is not None:  # re-entrant within this process
         held[1] += 1
         try:
@@ -95,3 +122,96 @@ def _holder(folder: Path) -> str:
                 f"{info['since']}: {info['command']}")
     except (OSError, ValueError, KeyError, TypeError):
         return "no holder recorded"
+
+
+def run_sign(folder: Path) -> str | None:
+    """What makes ``folder`` a run folder (a file it holds), or None for a plain folder."""
+    for name in (RUN_MARKER, REFERENCE_MARKER, LOCK_NAME):
+        if (folder / name).is_file():
+            return name
+    if (folder / "config.yaml").is_file() and (folder / "log.jsonl").is_file():
+        return "config.yaml and log.jsonl"  # a run written before the marker existed
+    return None
+
+
+def own_chain(parent: Path, child: Path) -> bool:
+    """Whether run folder ``child`` is one that ``parent`` is made to hold: ``chain-<g>``
+    of a chain-groups run's ``OUT`` (``.bdlkit-run`` and no ``config.yaml``), or
+    ``chains/chain-<c>`` of a reference."""
+    parts = child.relative_to(parent).parts
+    if not parts or not _CHAIN.fullmatch(parts[-1]):
+        return False
+    if (parent / REFERENCE_MARKER).is_file():
+        return parts[:-1] == ("chains",)
+    return (len(parts) == 1 and (parent / RUN_MARKER).is_file()
+            and not (parent / "config.yaml").exists())
+
+
+def check_not_nested(folder: str | os.PathLike, *, below: bool = True) -> None:
+    """Refuse ``folder`` for a run (or a reference) when it lies inside a run folder or,
+    with ``below``, holds one under it (see the module docstring: the chains a run is made
+    to hold excepted). A plain parent folder of runs passes.
+
+    Raises:
+        NestedRunError: naming both folders and what to do.
+    """
+    folder = Path(folder)
+    here = folder.resolve()
+    for parent in here.parents:
+        sign = run_sign(parent)
+        if sign is not None and not own_chain(parent, here):
+            raise NestedRunError(
+                f"{folder} is inside the run folder {parent} (it holds {sign}): run folders "
+                f"cannot nest (an --overwrite of {parent} would delete this one); choose a "
+                f"folder outside {parent}")
+    inner = next(runs_below(here), None) if below and here.is_dir() else None
+    if inner is not None:
+        fix = (f"give the run a new folder of its own (e.g. {folder}/<name>)"
+               if run_sign(here) is None else
+               f"move {inner} out of {folder} first (an --overwrite would delete it)")
+        raise NestedRunError(f"{folder} holds the run folder {inner} (it holds "
+                             f"{run_sign(inner)}): run folders cannot nest; {fix}")
+
+
+def runs_below(folder: Path) -> Iterator[Path]:
+    """The run folders under ``folder`` (not itself) that are not its own chains, outermost
+    first (nothing below one is looked at)."""
+    for path, subfolders, _ in os.walk(folder):
+        subfolders.sort()
+        for name in list(subfolders):
+            sub = Path(path) / name
+            if run_sign(sub) is not None:
+                subfolders.remove(name)  # its inside is its own writer's
+                if not own_chain(folder, sub):
+                    yield sub
+
+
+@contextlib.contextmanager
+def holding_locks_below(folder: str | os.PathLike) -> Iterator[None]:
+    """Hold the lock of every run folder under ``folder`` (itself included, unless this
+    process holds it) for the ``with`` block: what is deleted in it (``--overwrite``) is
+    being written by no other process.
+
+    Raises:
+        FolderBusyError: another live process writes one of them; the message names it.
+    """
+    folder = Path(folder)
+    held: list[FileLock] = []
+    try:
+        for path in sorted(folder.rglob(LOCK_NAME)):
+            sub = path.parent
+            if any(key[0] == str(sub.resolve()) for key in _HELD):
+                continue  # this process's own
+            lock = FileLock(path, timeout=0, thread_local=False)
+            try:
+                lock.acquire()
+            except Timeout:
+                raise FolderBusyError(
+                    f"{sub} is being written by another process ({_holder(sub)}); an "
+                    f"--overwrite of {folder} would delete it: wait for that process to "
+                    "finish or stop it, then try again") from None
+            held.append(lock)
+        yield
+    finally:
+        for lock in held:
+            lock.release()

@@ -1,6 +1,8 @@
 """The folder a run (or a benchmark, or a reference) is written to: created and marked as
 bdlkit's, and refused when it holds something bdlkit did not write, so that ``--overwrite``
-can never remove a user's own files."""
+can never remove a user's own files, when it lies inside a run folder or holds one
+(:func:`bdlkit.core.lock.check_not_nested`), or when it is a file. ``--overwrite`` deletes
+nothing another process is writing (:func:`bdlkit.core.lock.holding_locks_below`)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,17 @@ import os
 import shutil
 from pathlib import Path
 
-from bdlkit.core.lock import LOCK_FILES
+from bdlkit.core.lock import (
+    LOCK_FILES,
+    REFERENCE_MARKER,
+    RUN_MARKER,
+    check_not_nested,
+    holding_locks_below,
+    own_chain,
+)
 from bdlkit.core.serialization import atomic_write_bytes
 from bdlkit.runs import report as run_report
 
-RUN_MARKER = ".bdlkit-run"
 RUN_ENTRIES = ("config.yaml", "log.jsonl", "metrics.json", "report.md", "checkpoints",
                "samples", *run_report.PLOTS)
 
@@ -23,17 +31,22 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
 
     An existing non-empty ``out`` is refused unless ``overwrite``; even then only a folder
     bdlkit made (it holds ``marker``) is replaced, and only the ``entries`` bdlkit writes
-    are deleted, so ``--overwrite`` can never remove a user's own files.
+    are deleted (with the chains of a chain-groups run that ``out`` held), so
+    ``--overwrite`` can never remove a user's own files, nor a run folder under ``out``
+    that another process is writing (its lock is held meanwhile).
     """
     out = Path(out)
     check_out(out, overwrite, marker=marker)
     if occupied(out):
-        for name in (*entries, marker):
-            path = out / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+        here = out.resolve()
+        chains = tuple(p.name for p in here.glob("chain-*") if own_chain(here, p))
+        with holding_locks_below(out):
+            for name in (*entries, *chains, marker):
+                path = out / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / marker, b"written by bdlkit; --overwrite may replace this folder\n")
     return out
@@ -41,8 +54,14 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
 
 def check_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MARKER) -> None:
     """Refuse ``out`` as :func:`prepare_out` would, without touching it (so the refusal
-    comes before the folder is locked, which writes a lock file into it)."""
+    comes before the folder is locked, which writes a lock file into it). A run's or a
+    reference's folder (``marker``) may hold no run folder below it but its own chains; a
+    benchmark's holds its runs."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file, not a folder: choose another --out "
+                              "(a new folder)")
+    check_not_nested(out, below=marker in (RUN_MARKER, REFERENCE_MARKER))
     if not occupied(out):
         return
     if not overwrite:

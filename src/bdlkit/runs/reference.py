@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.algorithms import get_method
-from bdlkit.core.lock import run_lock
+from bdlkit.core.lock import REFERENCE_MARKER, run_lock
 from bdlkit.core.serialization import (
     atomic_write_bytes,
     load_json,
@@ -52,7 +52,7 @@ from bdlkit.runs.config import RunConfig
 from bdlkit.runs.figures import markdown_table
 
 FORMAT = 1
-MARKER = ".bdlkit-reference"
+MARKER = REFERENCE_MARKER  # (its chains, chains/chain-<c>, are run folders inside it)
 RHAT_GOAL = 1.05
 
 
