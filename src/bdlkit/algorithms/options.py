@@ -10,6 +10,8 @@ values of a ``Literal[...]`` type. Everything else is derived from that one plac
   ``bdlkit fit --method M --help``, the config checks and the docs;
 - :func:`check_choices` rejects a value outside a ``Literal`` (called from
   ``__post_init__``);
+- :func:`check_ranges` rejects a float option's number outside bdlkit's one range of
+  float values (:mod:`bdlkit.core.value_range`), before ``build`` constructs anything;
 - :func:`problem_defaults` gives the defaults that differ on the problem's kind, which
   the class declares in ``problem_defaults`` (e.g. a smaller ``lr`` on regression) and
   ``build`` applies where the caller leaves the option unset.
@@ -23,12 +25,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bdlkit.core.errors import InputError
 from bdlkit.core.protocol import PROBLEM_KINDS, hyperparameter_fields
+from bdlkit.core.value_range import number_problem
 
 _LITERAL = re.compile(r"Literal\[([^\]]*)\]")
 
@@ -49,6 +54,21 @@ class Option:
     @property
     def required(self) -> bool:
         return self.default is inspect.Parameter.empty
+
+    @property
+    def parts(self) -> set[str]:
+        """The members of the annotation's union, by base name: ``{"float", "Schedule"}``
+        for ``float | Schedule``."""
+        return {p.split("[")[0].strip() for p in self.annotation.split("|")}
+
+    def range_problem(self, value: Any) -> str | None:
+        """``"must be ..., got X"`` when ``value`` is a number outside bdlkit's range of
+        float values (:mod:`bdlkit.core.value_range`) and this option takes floats; else
+        None (a schedule, text or an integer option is its class's business)."""
+        if "float" not in self.parts:
+            return None
+        return number_problem(value, infinite=isinstance(self.default, float)
+                              and math.isinf(self.default))
 
 
 def arg_docs(doc: str | None) -> dict[str, str]:
@@ -156,10 +176,21 @@ def check_choices(obj: Any) -> None:
             raise ValueError(f"{option.name} must be one of {allowed}; got {value!r}")
 
 
+def check_ranges(declared: dict[str, Option], hyper: dict[str, Any]) -> None:
+    """Raise :class:`~bdlkit.core.errors.InputError` for a value in ``hyper`` (option ->
+    value) that its float option in ``declared`` (name -> :class:`Option`) does not allow
+    (:meth:`Option.range_problem`)."""
+    for name, value in hyper.items():
+        problem = declared[name].range_problem(value) if name in declared else None
+        if problem:
+            raise InputError(f"{name} {problem}")
+
+
 def builder(cls: type) -> Callable[..., Any]:
     """``build(problem, **hyper) -> cls(problem, **hyper)``, with the options' signature."""
     keyword_only = {f.name for f in dataclasses.fields(cls) if f.kw_only}
-    names = [o.name for o in options(cls)]
+    declared = {o.name: o for o in options(cls)}
+    names = list(declared)
     positional = [n for n in names if n not in keyword_only]
 
     def build(problem: Any, *args: Any, **hyper: Any) -> Any:
@@ -174,6 +205,7 @@ def builder(cls: type) -> Callable[..., Any]:
         if unknown:
             raise TypeError(f"{cls.__name__} has no option {unknown[0]!r}; options: "
                             f"{', '.join(names) or 'none'}")
+        check_ranges(declared, hyper)  # before any option reaches a computation
         algorithm = cls(problem, **{**problem_defaults(cls, problem), **hyper})
         check_choices(algorithm)  # a Literal option its own checks do not cover
         return algorithm

@@ -158,6 +158,11 @@ class _ClassAccumulator:
 
     def add(self, log_probs: list[Tensor]) -> None:
         lp = torch.cat(log_probs).double()
+        if bool(lp.isnan().any()):  # would make the BMA NaN (logaddexp) without a word
+            raise NonFiniteError(
+                f"draw {self.count + 1}: its class probabilities are NaN: the network's "
+                "outputs overflow at these weights (the fit diverged; a run of a few steps "
+                "at a large step size ends there). Fix: a smaller lr (or step size)")
         entropy = entropy_from_log_probs(lp)
         if self.log_sum is None:
             self.log_sum, self.entropy_sum = lp.clone(), entropy

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from bdlkit.core.distributed import Topology
 from bdlkit.core.errors import InputError
+from bdlkit.core.value_range import LOW, WHY, positive_problem
 from bdlkit.problems.data_parallel import ShardReducer
 from bdlkit.problems.inputs import InputContract
 from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
@@ -69,9 +70,11 @@ class BayesianModel:
             :class:`~bdlkit.problems.priors.IsotropicGaussian` (e.g. with
             ``mean="init"`` for pretrained weights).
         num_data: N, the number of training examples the likelihood is scaled to.
-        temperature: T > 0; T < 1 gives a cold posterior.
-        kld: the KL discount in (0, 1]: the likelihood is weighted by 1/kld, the prior
-            is not (1e-3 is BayesDLL's MNIST protocol; default 1, the posterior itself).
+        temperature: T > 0; T < 1 gives a cold posterior. Like ``prior``'s σ0 it is in
+            [1e-15, 1e15], bdlkit's range of float values (:mod:`bdlkit.core.value_range`).
+        kld: the KL discount in (0, 1] (at least 1e-15): the likelihood is weighted by
+            1/kld, the prior is not (1e-3 is BayesDLL's MNIST protocol; default 1, the
+            posterior itself).
         bayesian: which parameters are random (see :mod:`bdlkit.problems.select`).
         buffers: ``"frozen"`` or ``"batch_stats"`` (module docstring).
         oracle: ``"functional"`` (torch.func, default) or ``"module"`` (writes θ into
@@ -99,8 +102,8 @@ class BayesianModel:
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         if num_data is None or int(num_data) != num_data or num_data < 1:
             raise ValueError(f"num_data must be a positive integer (N), got {num_data!r}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if problem := positive_problem(temperature):
+            raise ValueError(f"temperature {problem}")
         check_kld(kld)
         if buffers not in ("frozen", "batch_stats"):
             raise ValueError(f"buffers must be 'frozen' or 'batch_stats', got {buffers!r}")
@@ -374,10 +377,10 @@ _DENSITY_METHODS = ("forward", "log_likelihood", "log_prior", "combine", "log_po
 
 def check_kld(kld: Any) -> None:
     """Refuse a KL discount outside (0, 1] with the option, the range and what it means."""
-    if isinstance(kld, bool) or not isinstance(kld, (int, float)) or not 0 < kld <= 1:
-        raise ValueError(f"kld must be a number in (0, 1] (the KL discount: the likelihood is "
-                         f"weighted by 1/kld; 1 is the posterior itself, 1e-3 BayesDLL's MNIST "
-                         f"setting), got {kld!r}")
+    if isinstance(kld, bool) or not isinstance(kld, (int, float)) or not LOW <= kld <= 1:
+        raise ValueError(f"kld must be a number in (0, 1], at least {LOW:g} (the KL discount: "
+                         f"the likelihood is weighted by 1/kld; 1 is the posterior itself, 1e-3 "
+                         f"BayesDLL's MNIST setting; {WHY}), got {kld!r}")
 
 
 def _as_pair(data: Any) -> tuple[Any, Any]:

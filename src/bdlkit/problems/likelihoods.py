@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bdlkit.core.value_range import SPAN, WHY, positive_problem
+
 PREFIX = "likelihood."
 
 
@@ -280,17 +282,18 @@ def fixed_sigma(name: str) -> float:
         name: ``gaussian:`` followed by a number.
 
     Raises:
-        ValueError: unless the number is finite and > 0.
+        ValueError: unless the number is in [1e-15, 1e15] (bdlkit's range of float
+            values, :mod:`bdlkit.core.value_range`).
     """
     text = name[len(FIXED_PREFIX):]
     try:
         sigma = float(text)
     except ValueError:
         sigma = math.nan
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"gaussian:<sigma> needs a finite number > 0 after the colon (the "
-                         f"fixed noise σ in the units of the targets trained on, e.g. "
-                         f"gaussian:0.1), got {name!r}")
+    if positive_problem(sigma):
+        raise ValueError(f"gaussian:<sigma> needs a finite number > 0 in {SPAN} after the "
+                         f"colon (the fixed noise σ in the units of the targets trained on, "
+                         f"e.g. gaussian:0.1; {WHY}), got {name!r}")
     return sigma
 
 

@@ -14,14 +14,15 @@ import math
 from torch import Tensor
 
 from bdlkit.core.serialization import tensor_digest
+from bdlkit.core.value_range import positive_problem
 
 
 class IsotropicGaussian:
     """``log p(θ) = Σ_j [ -(θ_j - μ0_j)² / (2σ0²) - log σ0 - ½ log 2π ]``."""
 
     def __init__(self, scale: float = 1.0, mean: str | dict[str, Tensor] | None = None) -> None:
-        if not scale > 0:
-            raise ValueError(f"prior scale must be > 0, got {scale}")
+        if problem := positive_problem(scale):
+            raise ValueError(f"prior scale {problem}")
         if isinstance(mean, str) and mean != "init":
             raise ValueError(f"prior mean must be None, 'init' or a dict of tensors, got {mean!r}")
         self.scale = float(scale)

@@ -16,6 +16,7 @@ from typing import Any
 
 from bdlkit.algorithms.options import Option
 from bdlkit.core.errors import InputError
+from bdlkit.core.value_range import number_problem, positive_problem
 
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
@@ -103,21 +104,17 @@ def checked_int(name: str, value: Any, low: int) -> int:
 
 
 def checked_positive(name: str, value: Any, high: tuple[float, str] | None = None) -> Any:
-    """A finite number > 0 (and <= ``high[0]``, whose text ``high[1]`` says why)."""
-    allowed = f"in (0, {high[0]:g}] ({high[1]})" if high else "> 0 and finite"
+    """A number > 0 in bdlkit's range of float values (:mod:`bdlkit.core.value_range`:
+    [1e-15, 1e15]), and <= ``high[0]`` (whose text ``high[1]`` says why) when given."""
+    bound, why = high if high else (None, None)
     if isinstance(value, str):
         try:
             value = parse_value(value, 0.0, name)
         except ConfigValueError:
-            raise ConfigValueError(name, f"must be a number {allowed}, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigValueError(name, f"must be a number {allowed}, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond float's range
-        number = math.inf
-    if not (math.isfinite(number) and number > 0) or (high and not number <= high[0]):
-        raise ConfigValueError(name, f"must be {allowed}, got {value!r}")
+            pass  # not a number: refused below, naming the text
+    problem = positive_problem(value, bound, why)
+    if problem:
+        raise ConfigValueError(name, problem)
     return value
 
 
@@ -135,8 +132,10 @@ def checked_mapping(name: str, value: Any) -> dict[str, Any]:
 def checked_option(name: str, value: Any, default: Any, option: Option | None) -> Any:
     key = f"hyper.{name}"
     if isinstance(value, str):
-        return parse_value(value, default, key)
-    parts = {p.split("[")[0].strip() for p in option.annotation.split("|")} if option else set()
+        value = parse_value(value, default, key)
+        if isinstance(value, str):  # text, e.g. optimizer: adam
+            return value
+    parts = option.parts if option else set()
     checkable = bool(parts) and parts <= SIMPLE_TYPES
     numeric = bool(parts & {"int", "float"})
     if value is None:
@@ -150,22 +149,27 @@ def checked_option(name: str, value: Any, default: Any, option: Option | None) -
     if isinstance(value, numbers.Real):
         if checkable and not numeric:
             raise ConfigValueError(key, f"must be {describe(parts, option)}, got {value!r}")
+        takes_float = "float" in parts or (not parts and isinstance(default, float))
         return checked_number(key, value, default, int_only=checkable and parts & {
-            "int", "float"} == {"int"})
+            "int", "float"} == {"int"}, takes_float=takes_float)
     if checkable:
         raise ConfigValueError(key, f"must be {describe(parts, option)}, got {value!r}")
     return value
 
 
-def checked_number(key: str, value: Any, default: Any, int_only: bool) -> Any:
+def checked_number(key: str, value: Any, default: Any, int_only: bool,
+                   takes_float: bool = False) -> Any:
     """A number is finite (``inf`` only where the default is: score_vi's max_step), within
-    int64 and an integer where only integers are allowed."""
+    int64 and an integer where only integers are allowed; the value of a float option
+    (``takes_float``) is also in bdlkit's range (:mod:`bdlkit.core.value_range`)."""
+    infinite_default = isinstance(default, float) and math.isinf(default)
+    if takes_float and (problem := number_problem(value, infinite=infinite_default)):
+        raise ConfigValueError(key, problem)
     if isinstance(value, numbers.Integral):
         if not -INT_MAX - 1 <= value <= INT_MAX:
             raise ConfigValueError(key, f"must be between -2**63 and 2**63 - 1, got {value!r}")
         return value
     number = float(value)
-    infinite_default = isinstance(default, float) and math.isinf(default)
     if math.isnan(number) or (math.isinf(number) and not infinite_default):
         raise ConfigValueError(key, f"must be a finite number, got {value!r}")
     if int_only:

@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import torch
 
 from bdlkit.core.errors import InputError
 from bdlkit.core.serialization import tensor_digest
+from bdlkit.core.value_range import SPAN, WHY, positive_problem
 from bdlkit.engine.checkpoint import latest_checkpoint, read_meta
 from bdlkit.engine.resume import pinned_fields
 
@@ -259,9 +259,8 @@ def with_step_size(cfg: Any, knob: str, name: str, value: Any, *,
         raise InputError(f"--resume changes only the step size of method {cfg.method!r}, "
                          f"{flag}; got --{name.replace('_', '-')}. To change other options, "
                          "start a new run with --out")
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
-                                       and value > 0):
-        raise InputError(f"{flag} must be a finite number > 0, got {value!r}")
+    if positive_problem(value):
+        raise InputError(f"{flag} must be a finite number > 0 in {SPAN} ({WHY}), got {value!r}")
     values = cfg.to_dict()
     old = values["hyper"].get(knob)
     values["hyper"][knob] = float(value)

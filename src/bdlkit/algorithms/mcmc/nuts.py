@@ -32,6 +32,7 @@ Info: ``log_prob`` (summed over chains), ``accept_prob``, ``step_size``, ``tree_
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -161,7 +162,12 @@ class NUTS(Sampler):
                 cache["kernels"] = [self._kernel(state, z, s, m, cache) for z, s, m
                                     in zip(flat, state.step_size.reshape(-1).tolist(), masses)]
             kernels = cache["kernels"]
-            new_flat = torch.stack([_transition(k, z) for k, z in zip(kernels, flat)])
+            try:
+                new_flat = torch.stack([_transition(k, z) for k, z in zip(kernels, flat)])
+            except RuntimeError:  # Pyro fails on an infinite potential: the NaN stop's case
+                if all(_finite_potential(k, z) for k, z in zip(kernels, flat)):
+                    raise
+                return state, {"log_prob": math.nan}
             rng_out = torch.get_rng_state()
         cache.update(step=state.step + 1, params=new_flat, rng=rng_out)
         step_size = torch.tensor([float(k.step_size) for k in kernels], dtype=torch.float64)
@@ -226,6 +232,12 @@ class NUTS(Sampler):
             if adapt:
                 kernel._adapter.reset_step_size_adaptation(kernel.initial_params)
         return kernel
+
+
+def _finite_potential(kernel: Any, z: Tensor) -> bool:
+    """Whether the potential −log π is finite at ``z`` (where Pyro's transition starts)."""
+    with torch.no_grad():
+        return bool(torch.isfinite(kernel.potential_fn({"z": z})).all())
 
 
 def _transition(kernel: Any, z: Tensor) -> Tensor:

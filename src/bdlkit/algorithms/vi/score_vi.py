@@ -72,6 +72,7 @@ from bdlkit.core.tree import (
     tree_map,
     unzip_pairs,
 )
+from bdlkit.core.value_range import LOW
 from bdlkit.families import diag_gaussian as family
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.problems import Target
@@ -357,11 +358,13 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
 
 def precision_floor(problem: Problem, target: float = 1e-8) -> float:
     """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel's isotropic
-    Gaussian prior (a log-concave likelihood cannot make q wider than the prior), else
-    ``target`` (a Target's density has no separate prior)."""
+    Gaussian prior (a log-concave likelihood cannot make q wider than the prior), at most
+    1/LOW² = 1e30, the precision of the narrowest prior at T = 1
+    (:mod:`bdlkit.core.value_range`), so that it stays within float32 whatever σ₀ and T;
+    else ``target`` (a Target's density has no separate prior)."""
     if isinstance(problem, Target):
         return target
-    return 1.0 / (problem.prior.scale ** 2 * problem.temperature)
+    return min(1.0 / (problem.prior.scale ** 2 * problem.temperature), LOW ** -2)
 
 
 def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: bool,
