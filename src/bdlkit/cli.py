@@ -186,6 +186,10 @@ def _fit(args: argparse.Namespace, parser: argparse.ArgumentParser, given: dict[
     if args.config:
         values = load_yaml(args.config)
         check_keys(values, [f.name for f in dataclasses.fields(RunConfig)], args.config)
+        if values.get("changes"):  # [] (a run's config.yaml as a template) changes nothing
+            raise InputError(f"{args.config}: key 'changes' is the record `bdlkit fit "
+                             "--resume` writes into a run's config.yaml (the options it "
+                             "changed, and when); a new run has none: remove the key")
     if "steps" in given or "epochs" in given:  # a command-line length replaces the file's
         values.pop("epochs" if "steps" in given else "steps", None)
     values.update(given)

@@ -215,10 +215,13 @@ def resolved(cfg: RunConfig, runner: Runner) -> RunConfig:
     """``cfg`` with every run-dependent default filled in (what ``config.yaml`` records)."""
     values = cfg.to_dict()
     values["hyper"] = resolved_hyper(cfg.method, run_hyper(cfg), runner.problem)
-    bound = runner.algorithm.hyperparameters()
+    bound, declared = runner.algorithm.hyperparameters(), method_options(cfg.method)
     for name, value in values["hyper"].items():  # defaults fixed by the run length
-        if value is None and isinstance(bound.get(name), (int, float, str)):
-            values["hyper"][name] = bound[name]
+        derived = bound.get(name)  # (one outside the range of float values, from extreme
+        # options, stays unset: config.yaml must read back, and a resume derives it again)
+        if value is None and isinstance(derived, (int, float, str)) and not (
+                name in declared and declared[name].range_problem(derived)):
+            values["hyper"][name] = derived
     values["checkpoint_every"] = runner.checkpoint_every
     if cfg.pretrained is not None:  # resume and evaluate from any working directory
         values["pretrained"] = str(Path(cfg.pretrained).resolve())
@@ -264,10 +267,10 @@ def _fit(cfg: RunConfig, out: str | os.PathLike, overwrite: bool, progress: bool
         check_out(out, overwrite)  # refuse before loading any data
         runner, problem, ds, total = build_runner(cfg, Path(out), progress,  # validates first
                                                   callbacks=callbacks, topology=topology)
+        cfg = resolved(cfg, runner)  # the whole configuration is valid before any deletion
         check_out(out, overwrite)
         with run_lock(out, f"fitting {cfg.method}"):
             run_dir = prepare_out(out, overwrite)
-            cfg = resolved(cfg, runner)
             save_yaml(run_dir / "config.yaml", cfg.to_dict())
             ready()
             result = runner.fit(config={"hyper": cfg.hyper})

@@ -50,6 +50,8 @@ def fit(cfg: RunConfig, out: str | Path, topology: Topology, **kwargs: Any
     """This rank's part of the run (``kwargs``: those of :func:`bdlkit.runs.directory.fit`);
     the chain writer's output, None elsewhere."""
     if topology.chain_groups > 1:
+        if kwargs.get("overwrite") and out_folder.occupied(Path(out)):
+            _check_chain(cfg, Path(out), topology)  # before rank 0 deletes anything
         _prepare_chains_folder(Path(out), bool(kwargs.get("overwrite")), topology)
     output = directory.fit(chain_config(cfg, topology), chain_folder(out, topology),
                            topology=topology, **kwargs)
@@ -82,6 +84,16 @@ def first_config_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     first = run_dir / "chain-0"
     return first if first.is_dir() and not (run_dir / "config.yaml").exists() else run_dir
+
+
+def _check_chain(cfg: RunConfig, out: Path, topology: Topology) -> None:
+    """Build this rank's chain (data, problem, algorithm, its resolved configuration) as
+    :func:`bdlkit.runs.directory.fit` will, writing nothing: a configuration that cannot
+    run is refused before ``--overwrite`` clears ``OUT`` (every rank fails alike)."""
+    chain_cfg = chain_config(cfg, topology)
+    runner = directory.build_runner(chain_cfg, chain_folder(out, topology),
+                                    topology=topology)[0]
+    directory.resolved(chain_cfg, runner)
 
 
 def _prepare_chains_folder(out: Path, overwrite: bool, topology: Topology) -> None:

@@ -123,6 +123,9 @@ def build(cfg: RunConfig, out: str | os.PathLike, *, chains: int = 4, workers: i
     if out_folder.occupied(out) and not (out / MARKER).is_file():
         raise FileExistsError(f"{out} exists and is not a bdlkit reference folder; choose "
                               "another --out")
+    if overwrite and out_folder.occupied(out):  # one chain built, writing nothing: a bad
+        # model or method option is refused before --overwrite deletes the old reference
+        run_module.resolved(cfg, run_module.build_runner(cfg, out / "chains", ds=ds)[0])
     with run_lock(out, "building a reference"):
         return _build(cfg, ds, out, chains, workers, overwrite, command)
 
