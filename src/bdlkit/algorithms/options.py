@@ -57,8 +57,8 @@ class Option:
 
     @property
     def parts(self) -> set[str]:
-        """The members of the annotation's union, by base name: ``{"float", "Schedule"}``
-        for ``float | Schedule``."""
+        """The base names of the members of the annotation's union (``{"float",
+        "Schedule"}`` for ``float | Schedule``)."""
         return {p.split("[")[0].strip() for p in self.annotation.split("|")}
 
     def range_problem(self, value: Any) -> str | None:

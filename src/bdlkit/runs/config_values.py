@@ -21,13 +21,14 @@ from bdlkit.core.value_range import number_problem, positive_problem
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
 INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
-#: float options with an upper bound: (bound, what the range means)
+#: the float options with an upper bound, each with its bound and what that range means
 FLOAT_HIGH = {"kld": (1.0, "the likelihood is weighted by 1/kld; 1 is the posterior itself")}
 SIMPLE_TYPES = {"int", "float", "bool", "str", "None", "Literal"}  # what YAML can spell
 
 
 class ConfigValueError(InputError):
-    """A value of a :class:`RunConfig` option or method hyperparameter bdlkit refuses.
+    """A value of a :class:`~bdlkit.runs.config.RunConfig` option or method hyperparameter
+    bdlkit refuses.
 
     ``key`` names it as a file spells it (``"seed"``, ``"hyper.lr"``) and ``problem`` says
     what is wrong (``"must be ..."``), so each reader names it its own way: the command
