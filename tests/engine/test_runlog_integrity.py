@@ -18,7 +18,7 @@ import pytest
 from bdlkit.algorithms import get_method
 from bdlkit.cli import main
 from bdlkit.core.errors import CorruptFileError
-from bdlkit.engine import runner as runner_module
+from bdlkit.engine import checkpointing
 from bdlkit.engine.runlog import DIGEST, LogWriter, read_log
 from bdlkit.engine.runner import Runner
 
@@ -135,7 +135,7 @@ def test_item4_a_log_of_an_older_bdlkit_without_digests_still_resumes(blr, tmp_p
     """Lines without digests and checkpoints without a log digest (an older bdlkit) are
     read unchecked; the resume rewrites the lines it keeps with digests."""
     with monkeypatch.context() as patch:  # the checkpoints record no log_digest
-        patch.setattr(runner_module, "LOG_DIGEST", "not-the-log-digest")
+        patch.setattr(checkpointing, "LOG_DIGEST", "not-the-log-digest")
         run_dir = _killed_run(blr, tmp_path / "run")
     old = [json.loads(line) for line in _lines(run_dir)]
     _write_lines(run_dir, [json.dumps({k: v for k, v in e.items() if k != DIGEST})

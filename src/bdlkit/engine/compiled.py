@@ -54,6 +54,7 @@ from bdlkit.core.errors import caller_stacklevel
 from bdlkit.core.flat import FlatLayout, pack, unpack
 from bdlkit.core.protocol import Info
 from bdlkit.core.tree import tree_map
+from bdlkit.problems import Target
 
 #: The steps per compiled chunk on a Target. 100 unrolled steps compile in 7-30 s on
 #: this project's 2-core machine and then run at about 2 µs per step on the 3-D Gaussian.
@@ -230,3 +231,33 @@ def _replace(state: Any, **changes: Any) -> Any:
 
 
 __all__ = ["CHUNK_STEPS", "CompiledSteps", "chunk_size", "positions"]
+
+
+def advance(algorithm: Any, problem: Any, batches: Any, store: Any, state: Any, t: int,
+            total: int, compiled: CompiledSteps | None
+            ) -> tuple[Any, int, dict[int, Any] | None, dict[str, Any]]:
+    """The runner's next step, or chunk of steps when compiled and the run has room for
+    one: ``(state, steps done, {step: draw} the store may keep in a chunk, last info)``.
+
+    Args:
+        algorithm, problem: the run's.
+        batches: the run's :class:`~bdlkit.engine.batches.Batches` (``batches(t)``).
+        store: the sample store, or None (optimisers, VI).
+        state, t, total: the state after ``t`` steps of ``total``.
+        compiled: the compiled steps, or None for eager ones.
+    """
+    size = compiled.size if compiled is not None and compiled.fallback is None else 0
+    drawn = None
+    if size and t + size <= total:
+        drawn = (None if isinstance(problem, Target)
+                 else [batches(s) for s in range(t, t + size)])
+        keep = () if store is None or size == 1 else positions(
+            size, t, store.burnin, store.thin)  # one step: the state is the draw
+        ran = compiled.run(state, t, drawn, keep)
+        if ran is not None:
+            new_state, draws, info = ran
+            kept = {t + 1 + j: draws[i] for i, j in enumerate(keep)} if keep else None
+            return new_state, size, kept, info
+    batch = drawn[0] if drawn else batches(t)  # a batch is drawn once
+    new_state, info = algorithm.step(state, batch)
+    return new_state, 1, None, info

@@ -41,37 +41,26 @@ from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.lock import run_lock
 from bdlkit.core.protocol import LOG_PROB, NONFINITE, Algorithm, AlgorithmBase, Variational
 from bdlkit.core.serialization import (
-    CorruptFileError,
     remove_stale_temps,
-    state_from_tensors,
-    state_to_tensors,
 )
 from bdlkit.core.tree import TensorTree, max_abs
-from bdlkit.engine import replicas, vi_checks
+from bdlkit.engine import checkpointing, replicas, vi_checks
 from bdlkit.engine.batches import Batches
 from bdlkit.engine.callbacks import Callback, Callbacks, LogEvent
 from bdlkit.engine.checkpoint import (
-    Checkpoint,
-    global_rng_state,
     latest_checkpoint,
-    save_checkpoint,
-    set_global_rng_state,
 )
 from bdlkit.engine.collect import SampleStore, default_store
 from bdlkit.engine.collect.defaults import store_options
-from bdlkit.engine.compiled import CompiledSteps, chunk_size, positions
+from bdlkit.engine.compiled import CompiledSteps, advance, chunk_size
 from bdlkit.engine.result import Result
 from bdlkit.engine.resume import (
-    CHECKPOINT_FORMAT,
     SANE_FACTOR,
     check_fingerprint,
-    listed_files,
     nan_message,
-    newest_sane,
-    open_newest,
     run_fingerprint,
 )
-from bdlkit.engine.runlog import LOG_DIGEST, LogWriter, due, log_entry, postfix, read_log
+from bdlkit.engine.runlog import LogWriter, due, log_entry, postfix
 from bdlkit.engine.signals import Interrupted, deferred_stop
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.full_gaussian import FullGaussianParams
@@ -266,7 +255,7 @@ class Runner:
         (:mod:`bdlkit.core.lock`) while the runner writes it."""
         if steps is not None or epochs is not None or self.total is None:
             self._bind(self.num_steps(steps, epochs))
-        self._changed = dict(changed or {})
+        self.changed = dict(changed or {})
         self._start_signal = replicas.StartSignal(self.topology, self.problem)
         with self._start_signal.while_fitting():
             if self.run_dir is None or not self.writes:  # the writer alone locks and writes
@@ -279,7 +268,7 @@ class Runner:
         sampler = self.algorithm.collects_draws
         vi = isinstance(self.algorithm, Variational)
         state, start, history, elapsed = self._start(total, resume)
-        self._log = log = (LogWriter(self.run_dir / "log.jsonl", history)  # (chained digests)
+        self.log = log = (LogWriter(self.run_dir / "log.jsonl", history)  # (chained digests)
                            if self.run_dir and self.writes else None)
         method = self.algorithm.name
         self.callbacks.start(start, total, history, method)
@@ -295,7 +284,9 @@ class Runner:
             self.problem, Target)) if self.compile else None)
         with deferred_stop() as interrupted:
             while t < total:
-                new_state, done, draws, info = self._advance(state, t, total, compiled)
+                new_state, done, draws, info = advance(
+                    self.algorithm, self.problem, self.batches, self.store, state, t, total,
+                    compiled)
                 if LOG_PROB not in info:
                     raise TypeError(f"{method}.step returned an info without {LOG_PROB!r}, the "
                                     "step's log density the runner checks for NaN; add it "
@@ -303,7 +294,7 @@ class Runner:
                 before, t = t, t + done
                 self._check_finite(info[LOG_PROB], t, info.get(NONFINITE, "the log density"))
                 if done > 1 and not self.algorithm.is_finite(new_state):  # a NaN stays NaN
-                    raise NonFiniteError(self._nan_message("the parameters", t))
+                    raise NonFiniteError(self.nan_stop_message("the parameters", t))
                 state = new_state
                 if sampler and self.writes:
                     self._offer(state, draws, before, t)
@@ -330,7 +321,7 @@ class Runner:
                         self.topology, self.problem, checkpoint_due, signal, failed is not None)
                 stop = signal is not None or failed is not None or failed_elsewhere
                 if self.run_dir is not None and (checkpoint_due or t == total or stop):
-                    self._checkpoint(state, t, total, elapsed + now - clock)
+                    checkpointing.write(self, state, t, total, elapsed + now - clock)
                     last_ckpt_time = now
                 if failed is not None:  # the step is logged and checkpointed: now stop
                     bar.close()
@@ -343,7 +334,7 @@ class Runner:
                     raise Interrupted(t, self.last_checkpoint, signal)
         bar.close()
         if not self.algorithm.is_finite(state):
-            raise NonFiniteError(self._nan_message("the parameters", total))
+            raise NonFiniteError(self.nan_stop_message("the parameters", total))
         if sampler and self.run_dir is None:
             self.store.flush()  # its last shard (with a run_dir, the final checkpoint did)
         run_config = {
@@ -395,7 +386,7 @@ class Runner:
         if not self.writes and not resume:  # a replica waits for its writer's start
             replicas.wait_for_start(self.topology, self.problem)
         state = self.initial_state()
-        self._sane_bound = SANE_FACTOR * max(1.0, max_abs(self.algorithm.params(state)))
+        self.sane_bound = SANE_FACTOR * max(1.0, max_abs(self.algorithm.params(state)))
         folder = self.run_dir / "checkpoints" if self.run_dir is not None else None
         if folder is not None and self.writes:
             remove_stale_temps(folder)  # left by a writer killed mid-write
@@ -408,42 +399,7 @@ class Runner:
             return state, 0, [], 0.0
         if folder is None:
             raise ValueError("resume=True needs the run_dir of the interrupted run")
-        path, ckpt = (replicas.open_announced(self.topology, self.problem, folder)
-                      if not self.writes else open_newest(folder))
-        meta = ckpt.meta
-        self.check_checkpoint(meta, path, self._changed)
-        try:
-            state = state_from_tensors(state, ckpt.state)
-        except CorruptFileError as err:
-            raise CorruptFileError(f"checkpoint {path}: {err}") from None
-        if self.store is not None and self.writes:
-            self.store.load_state_dict(meta.get("store", {}), ckpt.store,
-                                       keep=listed_files(folder, skip=path))
-        self.batches.load_state_dict(ckpt.data)
-        set_global_rng_state(ckpt.rng)
-        self.last_checkpoint = path
-        history = read_log(self.run_dir / "log.jsonl", ckpt.step, meta.get(LOG_DIGEST))
-        return state, ckpt.step, history, float(meta.get("elapsed_s", 0.0))
-
-    def _advance(self, state: Any, t: int, total: int, compiled: CompiledSteps | None
-                 ) -> tuple[Any, int, dict[int, Any] | None, dict[str, Any]]:
-        """The next step, or chunk of steps when compiled and the run has room for one:
-        ``(state, steps done, {step: draw} the store may keep in a chunk, last info)``."""
-        size = compiled.size if compiled is not None and compiled.fallback is None else 0
-        batches = None
-        if size and t + size <= total:
-            batches = (None if isinstance(self.problem, Target)
-                       else [self.batches(s) for s in range(t, t + size)])
-            keep = () if self.store is None or size == 1 else positions(
-                size, t, self.store.burnin, self.store.thin)  # one step: the state is the draw
-            ran = compiled.run(state, t, batches, keep)
-            if ran is not None:
-                new_state, draws, info = ran
-                kept = {t + 1 + j: draws[i] for i, j in enumerate(keep)} if keep else None
-                return new_state, size, kept, info
-        batch = batches[0] if batches else self.batches(t)  # a batch is drawn once
-        new_state, info = self.algorithm.step(state, batch)
-        return new_state, 1, None, info
+        return checkpointing.restore(self, state, folder)
 
     def _offer(self, state: Any, draws: dict[int, Any] | None, before: int, t: int) -> None:
         """Offer the draws after steps ``before + 1 .. t`` that are kept to the store."""
@@ -453,9 +409,9 @@ class Runner:
 
     def _check_finite(self, value: Tensor | None, t: int, what: str) -> None:
         if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
-            raise NonFiniteError(self._nan_message(what, t))
+            raise NonFiniteError(self.nan_stop_message(what, t))
 
-    def _nan_message(self, what: str, t: int) -> str:
+    def nan_stop_message(self, what: str, t: int) -> str:
         """The NaN stop's message (:func:`~bdlkit.engine.resume.nan_message`; with a run_dir
         the checkpoints after the newest sane one are set aside first)."""
         message, good = nan_message(self.algorithm, what, t,
@@ -463,34 +419,3 @@ class Runner:
         if self.run_dir is not None:
             self.last_checkpoint = good
         return message
-
-    def _checkpoint(self, state: Any, t: int, total: int, elapsed: float) -> None:
-        if not self.algorithm.is_finite(state):
-            raise NonFiniteError(self._nan_message("the parameters", t))
-        tensors = state_to_tensors(state)
-        if self.topology.data_parallel:
-            replicas.verify(self.topology, self.problem, tensors, t, self.last_checkpoint)
-        if not self.writes:  # the writer's file, once it is on disk
-            self.last_checkpoint = replicas.checkpoint_written(
-                self.topology, self.problem, self.run_dir / "checkpoints", t)
-            return
-        if self.store is not None and t == total:
-            self.store.flush()  # the last shard; earlier checkpoints hold unwritten draws
-        store_meta, store_tensors = (
-            self.store.state_dict() if self.store is not None else ({}, {})
-        )
-        largest = max_abs(self.algorithm.params(state))
-        meta = {"method": self.algorithm.name, "seed": self.seed, "total_steps": total,
-                "checkpoint_format": CHECKPOINT_FORMAT, "elapsed_s": elapsed,
-                "store": store_meta, "max_abs": largest, "sane_bound": self._sane_bound,
-                LOG_DIGEST: self._log.head, **self.fingerprint()}
-        self._log.sync()  # the lines the checkpoint's log_digest ends are on disk first
-        ckpt = Checkpoint(step=t, meta=meta, state=tensors, store=store_tensors,
-                          data=self.batches.state_dict(t), rng=global_rng_state())
-        folder = self.run_dir / "checkpoints"
-        protect = None if largest <= self._sane_bound else newest_sane(folder)
-        self.last_checkpoint = save_checkpoint(folder, ckpt, protect=protect)
-        replicas.checkpoint_on_disk(self.topology, self.problem)
-        if self.store is not None:
-            self.store.collect_garbage(keep=listed_files(folder))
-
