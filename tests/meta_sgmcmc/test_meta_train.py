@@ -150,7 +150,7 @@ def test_tbptt_equal_to_loss_every_trains(tmp_path):
     ({"chains": 1}, "chains must be >= 2"),
     ({"unroll_steps": 0}, "unroll_steps must be an integer >= 1"),
     ({"tbptt": 2.5}, "tbptt must be an integer"),
-    ({"lr": 0.0}, "lr must be > 0"),
+    ({"lr": 0.0}, "lr must be a finite number > 0"),
     ({"beta1": 1.0}, "beta1 must be in"),
     ({"families": ("cifar-resnet",)}, "families"),
     ({"families": ()}, "families"),

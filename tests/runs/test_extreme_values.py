@@ -87,7 +87,7 @@ def test_the_python_api_refuses_extreme_values():
         with pytest.raises(ValueError, match=r"1e-15"):
             bdlkit.BayesianModel(nn.Linear(2, 1), **{"likelihood": "gaussian", "num_data": 8,
                                                      **kwargs})
-    with pytest.raises(InputError, match=r"'prior_scale' must be > 0 and finite, in \[1e-15"):
+    with pytest.raises(InputError, match=r"'prior_scale' must be a finite number > 0 in \[1e-15"):
         RunConfig.from_dict({"method": "sgld", "prior_scale": 1e16}, source="x.yaml")
 
 

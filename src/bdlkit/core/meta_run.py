@@ -27,6 +27,7 @@ from bdlkit.core.serialization import (
     save_json,
     save_tensors,
 )
+from bdlkit.core.value_range import positive_problem
 
 #: files a run writes in its folder (removed by ``overwrite``)
 OUTPUTS = ("checkpoint.safetensors", "history.json", "meta_params.safetensors",
@@ -37,14 +38,15 @@ CHECKPOINT = "checkpoint.safetensors"
 def check_options(cfg: Any, ints: Sequence[str], positive: Sequence[str],
                   available_families: Sequence[str]) -> None:
     """``ValueError`` naming the option when one of ``ints`` is not an integer >= 1, one of
-    ``positive`` is not > 0, or ``cfg.families`` is empty or names a family not available."""
+    ``positive`` is not a number > 0 in bdlkit's range (:mod:`bdlkit.core.value_range`), or ``cfg.families`` is empty or names a family not available."""
     for name in ints:
         value = getattr(cfg, name)
         if isinstance(value, bool) or int(value) != value or value < 1:
             raise ValueError(f"meta-train {name} must be an integer >= 1, got {value!r}")
     for name in positive:
-        if not getattr(cfg, name) > 0:
-            raise ValueError(f"meta-train {name} must be > 0, got {getattr(cfg, name)!r}")
+        problem = positive_problem(getattr(cfg, name))
+        if problem:
+            raise ValueError(f"meta-train {name} {problem}")
     unknown = set(cfg.families) - set(available_families)
     if unknown or not cfg.families:
         raise ValueError(f"meta-train families {sorted(unknown) or '()'} are not available; "

@@ -77,9 +77,22 @@ def positive_problem(value: Any, high: float | None = None, why: str | None = No
     if number is not None and number > 0 and in_range(number, zero=False) and number <= top:
         return None
     if high is None:
-        return f"must be > 0 and finite, in {SPAN} ({WHY}), got {value!r}"
+        return f"must be a finite number > 0 in {SPAN} ({WHY}), got {value!r}"
     return f"must be in (0, {high:g}], at least {LOW:.0e} ({why}; {WHY}), got {value!r}"
 
 
-__all__ = ["HIGH", "LOW", "SPAN", "WHY", "as_float", "in_range", "number_problem",
-           "positive_problem"]
+def nonnegative_problem(value: Any) -> str | None:
+    """``"must be ..., got X"`` unless ``value`` is 0 or a real number in [LOW, HIGH] (a
+    friction, a noise multiplier), else None.
+
+    Args:
+        value: the option's value (any type: a bool or text is refused).
+    """
+    number = as_float(value)
+    if number is not None and number >= 0 and in_range(number):
+        return None
+    return f"must be a finite number >= 0: 0 or in {SPAN} ({WHY}), got {value!r}"
+
+
+__all__ = ["HIGH", "LOW", "SPAN", "WHY", "as_float", "in_range", "nonnegative_problem",
+           "number_problem", "positive_problem"]

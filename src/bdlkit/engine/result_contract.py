@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bdlkit.core.errors import InputError
-from bdlkit.engine.resume import _first_difference
+from bdlkit.engine.resume import first_difference
 from bdlkit.problems import BayesianModel
 from bdlkit.problems.inputs import InputContract
 
@@ -74,7 +74,7 @@ class ResultContract:
                "num_data and temperature)")
         given = repr(problem)
         if self.problem is not None and given != self.problem:
-            saved, now = _first_difference(self.problem, given)
+            saved, now = first_difference(self.problem, given)
             if saved is None and now is None:
                 saved, now = self.problem, given
             raise InputError(f"{where} was fit on another problem: {saved or 'nothing'} in "

@@ -149,7 +149,7 @@ def check_fingerprint(meta: dict[str, Any], expected: dict[str, Any], path: Path
         if key == "problem" and isinstance(saved, str) and "mean=given)" in saved:
             value = _GIVEN_DIGEST.sub("mean=given)", value)  # recorded before the digest
         if saved != value:
-            was, now = _first_difference(saved, value) if key == "problem" else (None, None)
+            was, now = first_difference(saved, value) if key == "problem" else (None, None)
             if was is not None or now is not None:  # name the field: likelihood, precision
                 raise ValueError(
                     f"checkpoint {path} was written with a different problem: "
@@ -177,7 +177,7 @@ def _fields(text: str) -> list[str]:
     return [*parts, inner[start:].strip()]
 
 
-def _first_difference(saved: Any, value: Any) -> tuple[str | None, str | None]:
+def first_difference(saved: Any, value: Any) -> tuple[str | None, str | None]:
     """The first field in which two problem reprs differ (``likelihood=Gaussian(...)``
     against ``likelihood=Categorical()``); ``None`` on a side that lacks it, and
     ``(None, None)`` when the reprs cannot be compared field by field."""

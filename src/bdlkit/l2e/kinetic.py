@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from bdlkit.core.value_range import nonnegative_problem, positive_problem
 from bdlkit.models.cnn import haiku_truncated_normal_
 
 DECAYS: tuple[float, ...] = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
@@ -92,13 +93,13 @@ class Constants:
         if self.grad_scale != NUM_DATA:
             names += ("grad_scale",)
         for name in names:
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"L2E {name} must be a finite number > 0, got {value!r}")
-        if not (math.isfinite(self.friction) and self.friction >= 0):
-            raise ValueError(f"L2E friction C must be >= 0, got {self.friction!r}")
-        if not (math.isfinite(self.noise_mult) and self.noise_mult >= 0):
-            raise ValueError(f"L2E noise_mult must be >= 0, got {self.noise_mult!r}")
+            problem = positive_problem(getattr(self, name))
+            if problem:
+                raise ValueError(f"L2E {name} {problem}")
+        for name, label in (("friction", "friction C"), ("noise_mult", "noise_mult")):
+            problem = nonnegative_problem(getattr(self, name))
+            if problem:
+                raise ValueError(f"L2E {label} {problem}")
         if self.noise_mode not in NOISE_MODES:
             raise ValueError(f"L2E noise_mode must be one of {NOISE_MODES}, "
                              f"got {self.noise_mode!r}")

@@ -58,6 +58,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from bdlkit.core.value_range import nonnegative_problem, positive_problem
 from bdlkit.models.cnn import haiku_truncated_normal_
 
 HIDDEN = 10
@@ -95,11 +96,10 @@ class Constants:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not (ok and math.isfinite(value) and (value >= 0 if f.name == "d_q_mult"
-                                                      else value > 0)):
-                raise ValueError(f"Meta-SGMCMC constant {f.name} must be a finite number "
-                                 f"{'>= 0' if f.name == 'd_q_mult' else '> 0'}, got {value!r}")
+            check = nonnegative_problem if f.name == "d_q_mult" else positive_problem
+            problem = check(value)
+            if problem:
+                raise ValueError(f"Meta-SGMCMC constant {f.name} {problem}")
 
     def eps(self, num_data: int) -> float:
         """The step ε = sqrt(step_mult / N)."""
