@@ -102,7 +102,7 @@ def test_a_bad_kld_on_the_command_line_is_one_line_and_writes_nothing(text, tmp_
 
 
 def test_a_bad_kld_in_a_config_file_names_the_key():
-    with pytest.raises(InputError, match=r"exp.yaml: key 'kld' must be in \(0, 1\]"):
+    with pytest.raises(InputError, match=r"exp.yaml: key 'kld' must be a number in \(0, 1\]"):
         RunConfig.from_dict({"method": "map", "kld": 5}, source="exp.yaml")
 
 

@@ -85,7 +85,7 @@ def test_burnin_zero_is_allowed():
      ("checkpoint_minutes", 0.0), ("checkpoint_minutes", -3.0)],
 )
 def test_positive_float_fields(field, value):
-    with pytest.raises(ValueError, match=f"{field} must be > 0"):
+    with pytest.raises(ValueError, match=f"{field} must be a finite number > 0"):
         RunConfig(method="sgld", steps=10, **{field: value})
 
 

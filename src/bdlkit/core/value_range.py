@@ -24,6 +24,9 @@ LOW = 1e-15  #: the smallest magnitude of a nonzero float option
 HIGH = 1e15  #: the largest magnitude of a finite float option
 SPAN = "[{}, {}]".format(*(f"{x:.0e}".replace("e+", "e") for x in (LOW, HIGH)))
 WHY = "bdlkit's range for float values"
+#: options bounded above more tightly than HIGH: name -> (bound, what the bound means)
+UPPER_BOUNDS = {"kld": (1.0, "the KL discount: the likelihood is weighted by 1/kld; 1 is "
+                        "the posterior itself, 1e-3 BayesDLL's MNIST setting")}
 
 
 def in_range(number: float, *, zero: bool = True, infinite: bool = False) -> bool:
@@ -78,7 +81,7 @@ def positive_problem(value: Any, high: float | None = None, why: str | None = No
         return None
     if high is None:
         return f"must be a finite number > 0 in {SPAN} ({WHY}), got {value!r}"
-    return f"must be in (0, {high:g}], at least {LOW:.0e} ({why}; {WHY}), got {value!r}"
+    return f"must be a number in (0, {high:g}], at least {LOW:.0e} ({why}; {WHY}), got {value!r}"
 
 
 def nonnegative_problem(value: Any) -> str | None:
@@ -94,5 +97,5 @@ def nonnegative_problem(value: Any) -> str | None:
     return f"must be a finite number >= 0: 0 or in {SPAN} ({WHY}), got {value!r}"
 
 
-__all__ = ["HIGH", "LOW", "SPAN", "WHY", "as_float", "in_range", "nonnegative_problem",
+__all__ = ["HIGH", "LOW", "SPAN", "UPPER_BOUNDS", "WHY", "as_float", "in_range", "nonnegative_problem",
            "number_problem", "positive_problem"]

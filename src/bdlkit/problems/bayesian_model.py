@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from bdlkit.core.distributed import Topology
 from bdlkit.core.errors import InputError
-from bdlkit.core.value_range import LOW, WHY, positive_problem
+from bdlkit.core.value_range import UPPER_BOUNDS, positive_problem
 from bdlkit.problems.data_parallel import ShardReducer
 from bdlkit.problems.inputs import InputContract
 from bdlkit.problems.likelihoods import PREFIX, Likelihood, make_likelihood
@@ -377,10 +377,9 @@ _DENSITY_METHODS = ("forward", "log_likelihood", "log_prior", "combine", "log_po
 
 def check_kld(kld: Any) -> None:
     """Refuse a KL discount outside (0, 1] with the option, the range and what it means."""
-    if isinstance(kld, bool) or not isinstance(kld, (int, float)) or not LOW <= kld <= 1:
-        raise ValueError(f"kld must be a number in (0, 1], at least {LOW:g} (the KL discount: "
-                         f"the likelihood is weighted by 1/kld; 1 is the posterior itself, 1e-3 "
-                         f"BayesDLL's MNIST setting; {WHY}), got {kld!r}")
+    problem = positive_problem(kld, *UPPER_BOUNDS["kld"])
+    if problem:
+        raise ValueError(f"kld {problem}")
 
 
 def _as_pair(data: Any) -> tuple[Any, Any]:

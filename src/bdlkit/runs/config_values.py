@@ -16,13 +16,11 @@ from typing import Any
 
 from bdlkit.algorithms.options import Option
 from bdlkit.core.errors import InputError
-from bdlkit.core.value_range import number_problem, positive_problem
+from bdlkit.core.value_range import UPPER_BOUNDS, number_problem, positive_problem
 
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
 INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
-#: the float options with an upper bound, each with its bound and what that range means
-FLOAT_HIGH = {"kld": (1.0, "the likelihood is weighted by 1/kld; 1 is the posterior itself")}
 SIMPLE_TYPES = {"int", "float", "bool", "str", "None", "Literal"}  # what YAML can spell
 
 
@@ -66,7 +64,7 @@ def checked_field(f: dataclasses.Field, value: Any) -> Any:
     if kind == "int":
         return checked_int(f.name, value, INT_LOW.get(f.name, 1))
     if kind == "float":
-        return checked_positive(f.name, value, high=FLOAT_HIGH.get(f.name))
+        return checked_positive(f.name, value, high=UPPER_BOUNDS.get(f.name))
     if kind == "dict":
         return checked_mapping(f.name, value)
     if kind == "list":
