@@ -1,10 +1,11 @@
 """The :class:`~bdlkit.engine.runner.Runner`'s checkpoints: writing one at step ``t`` and
 restoring the newest on a resume.
 
-A checkpoint (:mod:`bdlkit.engine.checkpoint`, the file format) holds the algorithm state,
-every generator state, the data order's, the sample store's record and draws not yet in
-a shard, and the run's fingerprint (:meth:`~bdlkit.engine.runner.Runner.fingerprint`), with the digest of the
-log up to its step. On several data-parallel ranks every rank checks its state against
+A checkpoint (:mod:`bdlkit.engine.checkpoint`, the file format) holds the algorithm
+state, every generator state, the data order's, the sample store's record and draws not
+yet in a shard, and the run's fingerprint
+(:meth:`~bdlkit.engine.runner.Runner.fingerprint`), with the digest of the log up to its
+step. On several data-parallel ranks every rank checks its state against
 the writer's here, and only the writer writes. Kept apart from the loop itself so that
 each file reads as one thing.
 """
