@@ -15,10 +15,14 @@ so one algorithm step advances every chain at once.
 ``log_prob``'s output is checked where it comes back (:meth:`Target.log_prob`, the first
 evaluation refuses, before any step): it must be a floating tensor (an integer-valued
 density, ``(...).long()``, is constant between integers) and, where a gradient is
-taken, connected to ``theta`` by autograd (a ``.detach()``, ``.item()`` or numpy detour
-would give a zero score and a sampler would random-walk). A density constant in θ by
-design declares its zero gradient with ``score=torch.zeros_like``. The
-checks read two attributes of the output: they cost nothing per step.
+taken and no ``score=`` is given, connected to ``theta`` by autograd (a ``.detach()``,
+``.item()`` or numpy detour would give a zero score and a sampler would random-walk).
+Autograd cannot tell such a detour from a density that is constant in θ by design, or
+piecewise constant (a uniform box, ``torch.where(inside, 0.0, -inf)``: both branches are
+constants): such a density declares its zero gradient with ``score=torch.zeros_like``,
+which every path then accepts (plain autograd, ``torch.func`` transforms, compiled chunks,
+and :meth:`Target.log_prob_for_autograd` for callers of ``torch.autograd``). The checks
+read two attributes of the output: they cost nothing per step.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,6 +41,22 @@ LogProb = Callable[[Tensor], Tensor]
 # torch's messages when one operation mixes float32 and float64 tensors
 _DTYPE_MISMATCH = re.compile(
     r"same dtype|scalar type \w+ but found|found dtype|desired output type", re.IGNORECASE)
+
+
+class _GivenScore(torch.autograd.Function):
+    """The value ``value`` (per row of ``theta``) with the gradient ``score`` (``theta``'s
+    shape) to autograd: :meth:`Target.log_prob_for_autograd`."""
+
+    @staticmethod
+    def forward(ctx: Any, theta: Tensor, value: Tensor, score: Tensor) -> Tensor:
+        del theta
+        ctx.save_for_backward(score)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (score,) = ctx.saved_tensors
+        return grad.unsqueeze(-1) * score, None, None
 
 
 @dataclass(frozen=True)
@@ -75,6 +96,8 @@ class Target:
         score: optional analytic gradient of ``log_prob``, mapping ``(n, d)`` to
             ``(n, d)``; used instead of autograd by ``value_and_score``. It is trusted:
             check it once against autograd (``bdlkit.Target(log_prob, d).score``).
+            ``score=torch.zeros_like`` declares a density that is constant or piecewise
+            constant in θ by design (module docstring).
     """
 
     num_data: int = 1
@@ -140,13 +163,8 @@ class Target:
         composable = not compiling and (
             theta.requires_grad or torch._C._functorch.is_functorch_wrapped_tensor(theta))
         if self.score_fn is not None and not composable:  # a transform differentiates log_prob
-            flat = theta.reshape(-1, self.dim)
             with torch.no_grad():
-                value, score = self.log_prob(theta).sum(), self.score_fn(flat)
-            if score.shape != flat.shape:
-                raise ValueError(f"Target {self.name!r}: score must map (n, {self.dim}) to "
-                                 f"(n, {self.dim}), got {tuple(score.shape)}")
-            return value, score.reshape(theta.shape)
+                return self.log_prob(theta).sum(), self._given_score(theta)
         if composable or compiling:
             # inside a torch.func transform, a graph of the caller's or a compiled graph
             # (which traces torch.func, not torch.autograd.grad): stay composable
@@ -163,6 +181,30 @@ class Target:
     def score(self, theta: Tensor) -> Tensor:
         """Gradient of ``log_prob`` at each row of ``theta``."""
         return self.value_and_score(theta)[1]
+
+    def log_prob_for_autograd(self, theta: Tensor) -> Tensor:
+        """``log_prob(theta)`` for a caller that differentiates it with ``torch.autograd``
+        (Pyro's NUTS, the L-BFGS mode search): where ``score=`` is given and a gradient is
+        taken, the output's gradient is that score (a density constant in θ by design has
+        no graph of its own); otherwise it is ``log_prob`` itself.
+
+        Args:
+            theta: one point ``(d,)`` or a stack ``(n, d)``.
+        """
+        if self.score_fn is None or not (theta.requires_grad and torch.is_grad_enabled()):
+            return self.log_prob(theta)
+        with torch.no_grad():
+            value, score = self.log_prob(theta), self._given_score(theta)
+        return _GivenScore.apply(theta, value, score)
+
+    def _given_score(self, theta: Tensor) -> Tensor:
+        """``score=`` at ``theta`` (``(d,)`` or ``(n, d)``), shaped like ``theta``."""
+        flat = theta.reshape(-1, self.dim)
+        score = self.score_fn(flat)  # type: ignore[misc]  # called only where given
+        if score.shape != flat.shape:
+            raise ValueError(f"Target {self.name!r}: score must map (n, {self.dim}) to "
+                             f"(n, {self.dim}), got {tuple(score.shape)}")
+        return score.reshape(theta.shape)
 
     def init_params(self, generator: torch.Generator, chains: int | None = None) -> Tensor:
         """Random starting point(s): ``(d,)``, or ``(chains, d)`` when ``chains`` is given."""
@@ -188,7 +230,8 @@ class Target:
 
     def _check_density(self, flat: Tensor, out: object) -> None:
         """Refuse a ``log_prob`` output that is no floating tensor, or that autograd does not
-        connect to ``flat`` where a gradient is taken (module docstring)."""
+        connect to ``flat`` where a gradient is taken and no ``score=`` declares it (module
+        docstring)."""
         if not isinstance(out, Tensor):
             raise InputError(f"Target {self.name!r}: log_prob must return a torch.Tensor of "
                              f"shape (n,), got {type(out).__name__}; compute it with torch "
@@ -198,13 +241,15 @@ class Target:
                              "log density must be floating (an integer one is constant "
                              "between integers, so every gradient is 0): drop the integer "
                              "cast or rounding")
-        if flat.requires_grad and torch.is_grad_enabled() and not out.requires_grad:
+        if (self.score_fn is None and flat.requires_grad and torch.is_grad_enabled()
+                and not out.requires_grad):  # a given score declares the gradient itself
             raise InputError(f"Target {self.name!r}: log_prob's output has no gradient path "
                              "to theta (a .detach(), .item(), numpy or torch.no_grad inside "
                              "it), so every score would be 0 and a sampler would "
                              "random-walk: compute it with torch operations on theta; if it "
-                             "is constant in theta by design, pass "
-                             "score=torch.zeros_like")
+                             "is constant or piecewise constant in theta by design (e.g. a "
+                             "uniform box, torch.where(inside, 0.0, -inf) with constant "
+                             "branches), pass score=torch.zeros_like to Target")
 
     def _check_theta(self, theta: Tensor) -> None:
         if not isinstance(theta, Tensor):

@@ -207,7 +207,7 @@ class NUTS(Sampler):
         def potential(sites: dict[str, Tensor]) -> Tensor:
             kernel.stats["num_grads"] += 1
             if isinstance(template, Tensor):
-                return -self.problem.log_prob(sites["z"])  # type: ignore[attr-defined]
+                return -self.problem.log_prob_for_autograd(sites["z"])  # type: ignore
             params = _unflatten(sites["z"].unsqueeze(0), template)
             return -self.problem.log_posterior(params, cache["batch"])  # type: ignore
 

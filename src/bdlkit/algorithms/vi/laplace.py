@@ -70,7 +70,7 @@ def find_mode(target: Target, max_iter: int = 500) -> Tensor:
 
     def closure() -> Tensor:
         opt.zero_grad()
-        loss = -target.log_prob(x)
+        loss = -target.log_prob_for_autograd(x)  # a given score= is its gradient
         loss.backward()
         return loss
 
@@ -132,16 +132,21 @@ def log_det(start: LaplaceStart) -> float:
 
 
 def standardized(target: Target, start: LaplaceStart) -> Target:
-    """``π_z(z) = π(θ̂ + s ⊙ z)·Π s_i`` as a Target, reference draws mapped to z."""
+    """``π_z(z) = π(θ̂ + s ⊙ z)·Π s_i`` as a Target, reference draws mapped to z; a
+    ``score=`` of ``target`` becomes ``s ⊙ score(θ̂ + s ⊙ z)``, the score of π_z."""
     jacobian = log_det(start)
     draws = target.reference.draws
+    given = target.score_fn
 
     def log_prob(z: Tensor) -> Tensor:
         return target.log_prob(start.to_theta(z)) + jacobian
 
+    def score(z: Tensor) -> Tensor:
+        return start.scale.to(z.dtype) * given(start.to_theta(z))  # type: ignore[misc]
+
     ref = Reference(draws=None if draws is None else start.to_z(draws.to(start.shift.dtype)))
     return Target(log_prob, target.dim, f"{target.name} (standardized)", reference=ref,
-                  dtype=target.dtype)
+                  dtype=target.dtype, score=None if given is None else score)
 
 
 def gaussian_to_theta(lam: Any, start: LaplaceStart) -> Any:
