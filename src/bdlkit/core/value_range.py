@@ -24,7 +24,7 @@ LOW = 1e-15  #: the smallest magnitude of a nonzero float option
 HIGH = 1e15  #: the largest magnitude of a finite float option
 SPAN = "[{}, {}]".format(*(f"{x:.0e}".replace("e+", "e") for x in (LOW, HIGH)))
 WHY = "bdlkit's range for float values"
-#: options bounded above more tightly than HIGH: name -> (bound, what the bound means)
+#: the options bounded above more tightly than HIGH, each with its bound and what it means
 UPPER_BOUNDS = {"kld": (1.0, "the KL discount: the likelihood is weighted by 1/kld; 1 is "
                         "the posterior itself, 1e-3 BayesDLL's MNIST setting")}
 
