@@ -36,6 +36,7 @@ from bdlkit.cli_options import (
 )
 from bdlkit.core import distributed
 from bdlkit.core.errors import InputError
+from bdlkit.core.lock import chain_name
 from bdlkit.l2e import command as l2e_command
 from bdlkit.meta_sgmcmc import command as meta_sgmcmc_command
 from bdlkit.runs import console, ranks
@@ -237,8 +238,8 @@ def _print_run(output: Any, run_dir: Path, topology: distributed.Topology) -> in
         return 0
     _print_metrics(output.metrics, ranks.chain_folder(run_dir, topology))
     if topology.chain_groups > 1:
-        print(f"{topology.chain_groups} chains: {run_dir}/chain-0 ... chain-"
-              f"{topology.chain_groups - 1}; cross-chain R-hat and ESS: "
+        print(f"{topology.chain_groups} chains: {run_dir}/{chain_name(0)} ... "
+              f"{chain_name(topology.chain_groups - 1)}; cross-chain R-hat and ESS: "
               f"{run_dir / ranks.CHAINS_FILE}")
     return 0
 

@@ -34,7 +34,9 @@ from typing import Any
 from bdlkit import cli_stops
 from bdlkit.cli_commands import one_line
 from bdlkit.core.errors import InputError, NonFiniteError, PeerLost, ReplicaStopped
+from bdlkit.engine.checkpoint import latest_checkpoint
 from bdlkit.engine.signals import Interrupted, stops_raise
+from bdlkit.runs import launch
 from bdlkit.runs.config import ConfigValueError, parse_value
 
 INPUT_ERRORS = (InputError, ValueError, TypeError, OSError)
@@ -115,15 +117,16 @@ def run_guarded(command: str, args: argparse.Namespace, body: Callable[[], int])
 
 def no_space(command: str, args: argparse.Namespace, err: OSError) -> str:
     """The line for a full disk (``[Errno 28]``): the file that could not be written and
-    how to go on once space is freed (a ``fit`` with a checkpoint: ``--resume``)."""
+    how to go on once space is freed (a ``fit`` with a checkpoint: the command that resumes
+    it, :func:`bdlkit.runs.launch.resume_command`)."""
     where = f" writing {err.filename}" if err.filename else ""
     then = "run the command again"
     if command == "fit" and (getattr(args, "resume", None) or getattr(args, "out", None)):
         run_dir = Path(args.resume or args.out)
-        checkpoints = [*run_dir.glob("checkpoints/step-*.safetensors"),
-                       *run_dir.glob("chain-*/checkpoints/step-*.safetensors")]
-        then = (f"`bdlkit fit --resume {run_dir}` continues from its newest checkpoint"
-                if checkpoints else f"run the command again with --overwrite ({run_dir} "
+        saved = any(latest_checkpoint(folder / "checkpoints") is not None
+                    for folder in launch.chain_folders(run_dir))
+        then = (f"`{launch.resume_command(run_dir)}` continues from its newest checkpoint"
+                if saved else f"run the command again with --overwrite ({run_dir} "
                 "has no checkpoint yet)")
     elif command == "evaluate":
         then = f"run `bdlkit evaluate {args.run_dir}` again"

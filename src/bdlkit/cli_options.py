@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bdlkit.cli_errors import method_value, option_type, relabel
+from bdlkit.core.lock import chain_name
 from bdlkit.runs.config import ConfigValueError, RunConfig, checked_cli_value, method_options
 from bdlkit.runs.yaml_files import load_yaml
 
@@ -125,4 +126,4 @@ def prescan_method(argv: list[str]) -> str | None:
 
 def _run_configs(run_dir: str) -> list[Path]:
     """Where a run's config.yaml is: the run folder, or its first chain's (chain groups)."""
-    return [Path(run_dir) / "config.yaml", Path(run_dir) / "chain-0" / "config.yaml"]
+    return [Path(run_dir) / "config.yaml", Path(run_dir) / chain_name(0) / "config.yaml"]

@@ -1,6 +1,7 @@
 """What the ``bdlkit`` command line says when a command stops before its end, and what it
 kept: each message names the run folder, its last checkpoint and the command that
-continues it (:func:`resume_command`: the ``torchrun`` form for a run of several processes).
+continues it (:func:`bdlkit.runs.launch.resume_command`: the ``torchrun`` form for a run of
+several processes).
 
 - Ctrl-C or SIGTERM during a run's steps: :class:`~bdlkit.engine.signals.Interrupted`,
   after a checkpoint (:func:`interrupted`);
@@ -17,16 +18,15 @@ an ``Interrupted`` or a ``PeerLost`` is being raised is reported as that one
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import signal
 import sys
 from pathlib import Path
 
-from bdlkit.core.errors import InputError, PeerLost
+from bdlkit.core.errors import PeerLost
 from bdlkit.engine.checkpoint import latest_checkpoint
 from bdlkit.engine.signals import Interrupted, SignalStop
-from bdlkit.runs import directory, ranks
+from bdlkit.runs.launch import chain_folders, processes, resume_command
 
 #: a file's state as :func:`folder_state` records it: (modification time in ns, size)
 FileState = tuple[int, int]
@@ -37,26 +37,6 @@ def run_folder(command: str, args: argparse.Namespace) -> str | None:
     if command == "fit":
         return args.resume or args.out
     return args.run_dir if command == "evaluate" else None
-
-
-def processes(run_dir: str | Path) -> tuple[int, int]:
-    """``(data_parallel, chain_groups)`` of the run in ``run_dir`` (its ``config.yaml``);
-    before that is written, this launch's (``WORLD_SIZE`` processes, one chain)."""
-    try:
-        cfg = directory.read_config(ranks.first_config_dir(run_dir))
-    except (InputError, OSError, ValueError):
-        return int(os.environ.get("WORLD_SIZE", "1")), 1
-    return cfg.data_parallel, cfg.chain_groups
-
-
-def resume_command(run_dir: str | Path) -> str:
-    """The command that continues the run in ``run_dir``: ``torchrun --nproc-per-node N -m
-    bdlkit fit --resume R`` for a run of N = data_parallel × chain_groups processes (a
-    resume needs the same layout), ``bdlkit fit --resume R`` for one process."""
-    data_parallel, chain_groups = processes(run_dir)
-    n = data_parallel * chain_groups
-    launcher = f"torchrun --nproc-per-node {n} -m bdlkit" if n > 1 else "bdlkit"
-    return f"{launcher} fit --resume {shlex.quote(str(run_dir))}"
 
 
 def interrupted(command: str, args: argparse.Namespace, err: Interrupted) -> int:
@@ -126,9 +106,8 @@ def peer_lost(command: str, args: argparse.Namespace, err: PeerLost) -> int:
     that resumes the run."""
     folder = run_folder(command, args)
     if command == "fit" and folder is not None:
-        data_parallel, chain_groups = processes(folder)
-        chain = Path(folder) if chain_groups == 1 else (
-            Path(folder) / f"chain-{err.rank // max(1, data_parallel)}")
+        chains, data_parallel = chain_folders(folder), processes(folder)[0]
+        chain = chains[min(err.rank // max(1, data_parallel), len(chains) - 1)]
         newest = latest_checkpoint(chain / "checkpoints")
         then = (f"last checkpoint {newest}; resume with: {resume_command(folder)}" if newest
                 else "no checkpoint was written yet: start the run again (the same torchrun "

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -50,7 +49,7 @@ HOLDER_NAME = ".bdlkit-lock.holder"
 LOCK_FILES = (LOCK_NAME, HOLDER_NAME)  # what the lock puts in a folder
 RUN_MARKER = ".bdlkit-run"  # a run folder (or a chain-groups run's OUT), bdlkit's to replace
 REFERENCE_MARKER = ".bdlkit-reference"  # a `bdlkit reference` folder
-_CHAIN = re.compile(r"chain-\d+")  # the chains a chain-groups run or a reference holds
+CHAIN_PREFIX = "chain-"  # chain g's run folder inside the folder made to hold it: chain-<g>
 _HELD: dict[tuple[str, int], list] = {}  # (resolved folder, thread) -> [FileLock, depth]
 
 
@@ -134,12 +133,25 @@ def run_sign(folder: Path) -> str | None:
     return None
 
 
+def chain_name(index: int) -> str:
+    """The name of chain ``index``'s run folder (``chain-<index>``): ``OUT/chain-<g>`` of a
+    chain-groups run (:func:`bdlkit.runs.ranks.chain_folder`), ``DIR/chains/chain-<c>`` of a
+    reference. Stated once here, where :func:`own_chain` reads it back."""
+    return f"{CHAIN_PREFIX}{index}"
+
+
+def chain_index(name: str) -> int | None:
+    """``g`` of a folder named :func:`chain_name` ``(g)``; None for any other name."""
+    digits = name[len(CHAIN_PREFIX):] if name.startswith(CHAIN_PREFIX) else ""
+    return int(digits) if digits.isascii() and digits.isdigit() else None
+
+
 def own_chain(parent: Path, child: Path) -> bool:
     """Whether run folder ``child`` is one that ``parent`` is made to hold: ``chain-<g>``
     of a chain-groups run's ``OUT`` (``.bdlkit-run`` and no ``config.yaml``), or
     ``chains/chain-<c>`` of a reference."""
     parts = child.relative_to(parent).parts
-    if not parts or not _CHAIN.fullmatch(parts[-1]):
+    if not parts or chain_index(parts[-1]) is None:
         return False
     if (parent / REFERENCE_MARKER).is_file():
         return parts[:-1] == ("chains",)

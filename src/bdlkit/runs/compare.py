@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from bdlkit.core.errors import CorruptFileError, InputError
+from bdlkit.core.lock import CHAIN_PREFIX, chain_index
 from bdlkit.core.plotting import new_figure, save_png
 from bdlkit.core.serialization import atomic_write_bytes, load_json, save_json
 from bdlkit.runs.yaml_files import load_yaml
@@ -99,9 +100,9 @@ def _runs_in(path: Path) -> list[tuple[Path, str]]:
                          "`bdlkit fit --out` wrote")
     if (path / "config.yaml").is_file():
         return [(path, str(path))]
-    chains = sorted((p for p in path.glob("chain-*")
-                     if p.name[len("chain-"):].isdigit() and (p / "config.yaml").is_file()),
-                    key=lambda p: int(p.name[len("chain-"):]))
+    chains = sorted((p for p in path.glob(f"{CHAIN_PREFIX}*")
+                     if chain_index(p.name) is not None and (p / "config.yaml").is_file()),
+                    key=lambda p: chain_index(p.name))
     if chains:
         return [(p, str(p)) for p in chains]
     for parent in (path, path / "runs"):  # a folder of runs, or a bench suite's output

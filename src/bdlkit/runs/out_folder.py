@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from bdlkit.core.lock import (
+    CHAIN_PREFIX,
     LOCK_FILES,
     REFERENCE_MARKER,
     RUN_MARKER,
@@ -39,7 +40,7 @@ def prepare_out(out: str | os.PathLike, overwrite: bool, *, marker: str = RUN_MA
     check_out(out, overwrite, marker=marker)
     if occupied(out):
         here = out.resolve()
-        chains = tuple(p.name for p in here.glob("chain-*") if own_chain(here, p))
+        chains = tuple(p.name for p in here.glob(f"{CHAIN_PREFIX}*") if own_chain(here, p))
         with holding_locks_below(out):
             for name in (*entries, *chains, marker):
                 path = out / name

@@ -20,12 +20,14 @@ import torch
 
 from bdlkit.core import distributed
 from bdlkit.core.distributed import Topology
+from bdlkit.core.lock import CHAIN_PREFIX, chain_name
 from bdlkit.core.serialization import save_json
 from bdlkit.diagnostics import ess_bulk_vehtari21, rhat_vehtari21, summarize
 from bdlkit.engine.checkpoint import latest_checkpoint, read_meta
 from bdlkit.evaluation.sampling import draw_predictions
 from bdlkit.runs import directory, out_folder
 from bdlkit.runs.config import RunConfig
+from bdlkit.runs.launch import first_config_dir
 
 PROBE_POINTS = 64  #: test inputs whose predictions the cross-chain diagnostics compare
 MIN_DRAWS = 4  #: split R̂ and ESS need at least this many draws per chain
@@ -35,7 +37,7 @@ CHAINS_FILE = "chains.json"
 def chain_folder(out: str | Path, topology: Topology) -> Path:
     """Where this rank's chain writes: ``OUT`` with one chain, else ``OUT/chain-g``."""
     out = Path(out)
-    return out if topology.chain_groups == 1 else out / f"chain-{topology.chain}"
+    return out if topology.chain_groups == 1 else out / chain_name(topology.chain)
 
 
 def chain_config(cfg: RunConfig, topology: Topology) -> RunConfig:
@@ -79,13 +81,6 @@ def launch_layout(run_dir: str | Path) -> tuple[int, str]:
     return cfg.chain_groups, cfg.device
 
 
-def first_config_dir(run_dir: str | Path) -> Path:
-    """The folder holding the (first chain's) ``config.yaml`` of the run in ``run_dir``."""
-    run_dir = Path(run_dir)
-    first = run_dir / "chain-0"
-    return first if first.is_dir() and not (run_dir / "config.yaml").exists() else run_dir
-
-
 def _check_chain(cfg: RunConfig, out: Path, topology: Topology) -> None:
     """Build this rank's chain (data, problem, algorithm, its resolved configuration) as
     :func:`bdlkit.runs.directory.fit` will, writing nothing: a configuration that cannot
@@ -101,7 +96,7 @@ def _prepare_chains_folder(out: Path, overwrite: bool, topology: Topology) -> No
     ``overwrite``; then rank 0 clears what bdlkit wrote there (an earlier run's chains,
     ``chains.json``, a one-process run) and marks it, while the other ranks wait."""
     if topology.rank == 0:
-        chains = tuple(p.name for p in out.glob("chain-*")) if out.is_dir() else ()
+        chains = tuple(p.name for p in out.glob(f"{CHAIN_PREFIX}*")) if out.is_dir() else ()
         out_folder.prepare_out(out, overwrite,
                               entries=(*out_folder.RUN_ENTRIES, CHAINS_FILE, *chains))
     distributed.barrier()
@@ -111,7 +106,7 @@ def finished_note(run_dir: str | Path, chain_groups: int) -> str | None:
     """What ``bdlkit fit --resume`` says of a run whose every chain had already reached its
     last step (nothing is continued; the run is evaluated again); None for any other run."""
     run_dir = Path(run_dir)
-    folders = [run_dir] if chain_groups == 1 else [run_dir / f"chain-{g}"
+    folders = [run_dir] if chain_groups == 1 else [run_dir / chain_name(g)
                                                    for g in range(chain_groups)]
     if not all(_finished(folder) for folder in folders):
         return None

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from bdlkit.algorithms import get_method
-from bdlkit.core.lock import REFERENCE_MARKER, run_lock
+from bdlkit.core.lock import REFERENCE_MARKER, chain_name, run_lock
 from bdlkit.core.serialization import (
     atomic_write_bytes,
     load_json,
@@ -134,7 +134,7 @@ def _build(cfg: RunConfig, ds: Any, out: Path, chains: int, workers: int | None,
            overwrite: bool, command: str | None) -> ReferencePredictive:
     """:func:`build` past its checks, holding the folder's lock."""
     configs = [dataclasses.replace(cfg, seed=cfg.seed + c) for c in range(chains)]
-    dirs = [out / "chains" / f"chain-{c}" for c in range(chains)]
+    dirs = [out / "chains" / chain_name(c) for c in range(chains)]
     if not overwrite:  # an interrupted reference: its chains must be this reference's
         for chain_cfg, run_dir in zip(configs, dirs):
             _check_chain(chain_cfg, run_dir)
