@@ -72,7 +72,8 @@ def test_resume_at_another_thread_count_is_refused_with_the_fix(tmp_path_factory
     _killed(SGLD, run, "sgld/threads")
     line = _refused(run, "fit", "--resume", str(run), "--threads", "2", "--no-progress")
     assert "--threads 2, but the run's checkpoints were written with threads: 1" in line
-    assert "resume without --threads" in line and f"--resume {run} --accept threads" in line
+    assert "resume without --threads" in line
+    assert f"bdlkit fit --resume {run} --threads 2 --accept threads (" in line
     resume(run)
     assert_same_fit(run, ref, draws=SGLD.draws)
 

@@ -1,10 +1,17 @@
 """The run record pins its inputs (issue 45: item 2, the data's content; item 8, every
 config field that changes results or logs; item 9, the thread count; and ``--accept``, a
-deliberate change recorded under ``changes:``), :mod:`bdlkit.runs.run_record`."""
+deliberate change recorded under ``changes:``), :mod:`bdlkit.runs.run_record`.
+
+The mends after review (``test_mend*``): the command a refused resume suggests is accepted
+as it stands and is the run's own launch (mend 1, :mod:`bdlkit.runs.launch`), an accepted
+change survives a resume stopped before its next checkpoint (mend 2), and a new run from
+another run's config.yaml is refused in a new run's words (mend 3)."""
 
 import dataclasses
 import hashlib
 import json
+import re
+import shlex
 import shutil
 
 import numpy as np
@@ -14,7 +21,9 @@ import torch
 from bdlkit import data as data_module
 from bdlkit.cli import main
 from bdlkit.core.errors import InputError
+from bdlkit.core.lock import RUN_MARKER, chain_name
 from bdlkit.engine.checkpoint import latest_checkpoint
+from bdlkit.engine.resume import PINNED
 from bdlkit.runs import directory as run
 from bdlkit.runs import run_record
 from bdlkit.runs.config import RunConfig
@@ -110,7 +119,8 @@ def test_item2_a_named_data_set_is_pinned_by_its_loaded_arrays(tmp_path):
 def test_item2_a_digest_given_to_a_new_run_must_match_its_data(tmp_path):
     _save_data(tmp_path / "data.npz")
     cfg = RunConfig(data=str(tmp_path / "data.npz"), data_sha256="0" * 64, **CONFIG)
-    with pytest.raises(InputError, match="has changed.*0000000000"):
+    with pytest.raises(InputError, match="0000000000.*given for this new run.*pins other "
+                                         "data.*remove the key data_sha256"):
         run.fit(cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
@@ -233,3 +243,123 @@ def test_a_run_recorded_before_the_pins_is_read_and_its_first_resume_records_the
         run.resume(copy)
     again = load_yaml(copy / "config.yaml")
     assert (again["data_sha256"], again["threads"]) == (values["data_sha256"], 1)
+
+
+def _suggested(err: InputError) -> list[str]:
+    """The command a refusal suggests (``... continue with the new value: CMD (...)``)."""
+    return shlex.split(re.search(r"continue with the new value: (.+?) \(", str(err)).group(1))
+
+
+# ---------------------------------------------------------------- mend 1: the command
+@pytest.mark.parametrize("edits", [{}, {"log_every": 2}])
+def test_mend1_the_command_a_refused_resume_suggests_is_accepted(copy, edits, capsys):
+    """`--threads 2` used to suggest `bdlkit fit --resume R --accept threads`, which is
+    refused ("threads is 1 as the run recorded"): the command keeps --threads 2 and
+    accepts every difference at once."""
+    _unfinish(copy)
+    _edit(copy, **edits)
+    with pytest.raises(InputError) as refused:
+        run.resume(copy, threads=2)
+    words = _suggested(refused.value)
+    assert words[:4] == ["bdlkit", "fit", "--resume", str(copy)]
+    assert words[4:6] == ["--threads", "2"]
+    assert main([*words[1:], "--no-progress"]) == 0, capsys.readouterr().err
+    cfg = load_yaml(copy / "config.yaml")
+    assert (cfg["threads"], sorted(c["option"] for c in cfg["changes"])) == (
+        2, sorted({"threads", *edits}))
+
+
+def test_mend1_a_chains_refusal_names_the_torchrun_launch_and_the_top_folder(tmp_path):
+    """A chain-groups run is resumed from OUT, not OUT/chain-g, by torchrun with every
+    process (here 2 chains of 2 data-parallel ranks)."""
+    out = tmp_path / "OUT"
+    for g in range(2):
+        (out / chain_name(g)).mkdir(parents=True)
+        save_yaml(out / chain_name(g) / "config.yaml",
+                  {"method": "sgld", "chain_groups": 2, "data_parallel": 2})
+    (out / RUN_MARKER).write_text("")
+    cfg = RunConfig(method="sgld", threads=1, chain_groups=2, data_parallel=2)
+    meta = {"step": 5, "total_steps": 10, PINNED: json.dumps({"threads": "1"})}
+    with pytest.raises(InputError) as refused:
+        run_record.reconciled(cfg, out / chain_name(1), meta, threads=2)
+    assert _suggested(refused.value) == [
+        "torchrun", "--nproc-per-node", "4", "-m", "bdlkit", "fit", "--resume", str(out),
+        "--threads", "2", "--accept", "threads"]
+
+
+# ---------------------------------------------------------------- mend 2: stopped again
+class _Stop(BaseException):
+    """Ends the process's run as a kill would: before the next checkpoint is written (a
+    callback's Exception would checkpoint its step first)."""
+
+
+def _stopping_at(step, seen):
+    def callback(event):
+        seen.append(torch.get_num_threads())
+        if event.step == step:
+            raise _Stop(step)
+    return callback
+
+
+@pytest.mark.parametrize(("accept", "edits", "stop"), [
+    ("threads", {}, 20), ("log_every", {"log_every": 2}, 16)])
+def test_mend2_an_accepted_change_survives_a_resume_stopped_before_its_checkpoint(
+        copy, tmp_path, accept, edits, stop):
+    """Accepted at step 15, the resume stopped before the checkpoint of step 20: config.yaml
+    holds the new value, the checkpoint of 15 the old one. A plain resume used to be
+    refused (and --accept again recorded the change twice); it continues, at the new
+    value, and ends as the accepted resume that was not stopped."""
+    _unfinish(copy)
+    _edit(copy, **edits)
+    threads = 2 if accept == "threads" else None
+    whole = tmp_path / "whole"
+    shutil.copytree(copy, whole)
+    run.resume(whole, threads=threads, accept=(accept,))
+    seen = []
+    with pytest.raises(_Stop):
+        run.resume(copy, threads=threads, accept=(accept,), callbacks=[_stopping_at(stop, seen)])
+    assert not (copy / "checkpoints" / "step-000000020.safetensors").exists()
+    run.resume(copy, callbacks=[_stopping_at(-1, seen)])
+    assert set(seen) == {2 if threads else 1}
+    cfg = load_yaml(copy / "config.yaml")
+    assert cfg["changes"] == load_yaml(whole / "config.yaml")["changes"]
+    assert [c["option"] for c in cfg["changes"]] == [accept]
+    assert (copy / "metrics.json").read_text() == (whole / "metrics.json").read_text()
+    assert _logged_steps(copy) == _logged_steps(whole)
+
+
+def _logged_steps(run_dir):
+    lines = (run_dir / "log.jsonl").read_text().splitlines()
+    return [entry["step"] for entry in map(json.loads, lines) if "step" in entry]
+
+
+def test_mend2_accepting_the_same_change_again_records_it_once(copy):
+    _unfinish(copy)
+    with pytest.raises(_Stop):
+        run.resume(copy, threads=2, accept=("threads",), callbacks=[_stopping_at(20, [])])
+    run.resume(copy, threads=2, accept=("threads",))  # the command run again, as it was
+    assert load_yaml(copy / "config.yaml")["changes"] == [
+        {"step": 15, "option": "threads", "from": 1, "to": 2}]
+
+
+# ---------------------------------------------------------------- mend 3: a template
+def test_mend3_a_runs_config_as_template_for_other_data_is_refused_as_a_new_run(
+        finished, tmp_path, capsys):
+    """`--config <run>/config.yaml --data other.npz` used to be told "is not the data the
+    run was fitted on ... fit a new run with --out", which it was doing."""
+    _save_data(tmp_path / "other.npz", shift=1.0)
+    argv = ["fit", "--config", str(finished / "config.yaml"), "--data",
+            str(tmp_path / "other.npz"), "--out", str(tmp_path / "new"), "--no-progress"]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    recorded = load_yaml(finished / "config.yaml")["data_sha256"]
+    assert line.startswith(f"bdlkit: error: data_sha256 {recorded}, given for this new run")
+    assert "remove the key data_sha256 to fit on this data" in line
+    assert "--out" not in line and not (tmp_path / "new").exists()
+    template = {k: v for k, v in load_yaml(finished / "config.yaml").items()
+                if k != "data_sha256"}
+    save_yaml(tmp_path / "template.yaml", template)
+    argv[2] = str(tmp_path / "template.yaml")
+    assert main(argv) == 0  # the key removed, as the line says: fitted on other.npz
+    assert load_yaml(tmp_path / "new" / "config.yaml")["data_sha256"] != recorded
+

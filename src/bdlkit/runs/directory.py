@@ -67,10 +67,12 @@ MAX_OUTPUTS = 1_000_000  # a declared num_classes above this would not fit in me
 
 
 # ---------------------------------------------------------------------- building blocks
-def load_dataset(cfg: RunConfig) -> Any:
+def load_dataset(cfg: RunConfig, *, new_run: bool = False) -> Any:
     """The data set of ``cfg`` on ``cfg.device``: classification, regression or forecasting
     windows (Targets are for the Python API). Its content digest is checked against the
-    one ``cfg`` records (``data_sha256``) and kept in its ``meta`` (:mod:`.run_record`)."""
+    one ``cfg`` records (``data_sha256``; ``new_run``: given for a new run, which the
+    refusal says: :func:`.run_record.check_data`) and kept in its ``meta``
+    (:mod:`.run_record`)."""
     ds = data_module.load(cfg.data, root=cfg.data_root, **cfg.data_kwargs)
     task = getattr(ds, "task", None)
     if task not in TASKS:
@@ -80,7 +82,7 @@ def load_dataset(cfg: RunConfig) -> Any:
             "for Targets"
         )
     digest = run_record.data_digest(cfg.data, ds)
-    run_record.check_data(cfg, digest)
+    run_record.check_data(cfg, digest, new_run=new_run)
     ds = ds.to(cfg.device, getattr(torch, cfg.dtype))
     ds.meta[run_record.DIGEST] = digest
     return ds
@@ -265,8 +267,8 @@ def _fit(cfg: RunConfig, out: str | os.PathLike, overwrite: bool, progress: bool
         return None
     with _telling_replicas(topology, cfg.device) as ready:
         check_out(out, overwrite)  # refuse before loading any data
-        runner, problem, ds, total = build_runner(cfg, Path(out), progress,  # validates first
-                                                  callbacks=callbacks, topology=topology)
+        runner, problem, ds, total = build_runner(  # validates first
+            cfg, Path(out), progress, load_dataset(cfg, new_run=True), callbacks, topology)
         cfg = resolved(cfg, runner)  # the whole configuration is valid before any deletion
         check_out(out, overwrite)
         with run_lock(out, f"fitting {cfg.method}"):

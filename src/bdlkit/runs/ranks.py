@@ -87,6 +87,7 @@ def _check_chain(cfg: RunConfig, out: Path, topology: Topology) -> None:
     run is refused before ``--overwrite`` clears ``OUT`` (every rank fails alike)."""
     chain_cfg = chain_config(cfg, topology)
     runner = directory.build_runner(chain_cfg, chain_folder(out, topology),
+                                    ds=directory.load_dataset(chain_cfg, new_run=True),
                                     topology=topology)[0]
     directory.resolved(chain_cfg, runner)
 

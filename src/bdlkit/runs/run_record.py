@@ -21,7 +21,10 @@ is one of three kinds (``tests/runs/test_run_record.py`` checks that each is one
 A difference is refused with one line naming the field and the fix. Those in
 :data:`ACCEPTABLE` may be continued with deliberately (:func:`reconciled`): the change is
 recorded under ``changes:`` (step, option, from, to), and the checkpoints up to that step
-keep the old value. A run recorded before a field was pinned (no ``data_sha256`` or
+keep the old value, which is what a later resume compares them with (:func:`value_at`: a
+resume stopped before its next checkpoint is resumed again without a new ``--accept``).
+The command a refusal suggests is the run's own (:func:`bdlkit.runs.launch.resume_command`).
+A run recorded before a field was pinned (no ``data_sha256`` or
 ``threads`` in config.yaml, no ``pinned`` in its checkpoints) is read as before, unchecked
 (as ``_UNRECORDED`` in :mod:`bdlkit.engine.resume` treats older checkpoints); its first resume
 records them.
@@ -44,6 +47,8 @@ from bdlkit.core.serialization import tensor_digest
 from bdlkit.core.value_range import SPAN, WHY, positive_problem
 from bdlkit.engine.checkpoint import latest_checkpoint, read_meta
 from bdlkit.engine.resume import pinned_fields
+from bdlkit.runs.config_values import ConfigValueError
+from bdlkit.runs.launch import resume_command
 
 #: Fields the checkpoint fingerprint pins, and through which of its entries.
 IN_FINGERPRINT: dict[str, str] = {
@@ -124,16 +129,25 @@ def data_digest(name: str, ds: Any) -> str:
     return tensor_digest({p: getattr(ds, p) for p in parts if getattr(ds, p) is not None})
 
 
-def check_data(cfg: Any, digest: str) -> None:
+def check_data(cfg: Any, digest: str, *, new_run: bool = False) -> None:
     """Refuse data whose ``digest`` differs from the one ``cfg`` records (``data_sha256``).
 
     Args:
         cfg: the run's :class:`~bdlkit.runs.config.RunConfig` (None: nothing recorded).
         digest: the :func:`data_digest` of the data just loaded.
+        new_run: ``cfg`` is a new run's (``bdlkit fit --out``): its ``data_sha256`` was
+            given with its options (e.g. in a run's ``config.yaml`` used as ``--config``),
+            and the refusal says so; else it is a recorded run's (resume, evaluate).
     """
     recorded = cfg.data_sha256
     if recorded is None or recorded == digest:
         return
+    if new_run:
+        raise InputError(
+            f"data_sha256 {recorded}, given for this new run (e.g. in a run's config.yaml "
+            f"used as --config), pins other data than {cfg.data} (SHA-256 {digest}): remove "
+            f"the key data_sha256 to fit on this data (the run records its digest), or fit "
+            f"the data it pins")
     fix = ("fit a new run on this data with --out (a run cannot continue, or be evaluated, "
            "on other data)")
     if is_file(cfg.data):
@@ -209,11 +223,15 @@ def reconciled(cfg: Any, run_dir: Path, meta: dict[str, Any] | None, *,
     """``cfg`` (``run_dir``'s config.yaml) to resume with: the thread count ``threads``
     (``--threads``) where given, and each pinned field that differs from the newest
     checkpoint's (``meta``; None: no checkpoint to compare with) and that ``accept``
-    names recorded under ``changes`` at that checkpoint's step. Nothing is written here.
+    names recorded under ``changes`` at that checkpoint's step. A difference ``changes``
+    already records at or after that step (a change accepted by a resume stopped before
+    its next checkpoint: :func:`value_at`) is no difference, and is not recorded again.
+    Nothing is written here.
 
     Raises:
         InputError: a field ``accept`` cannot take, or that does not differ; a difference
-            that ``accept`` does not name (the message says how to restore or accept it);
+            that ``accept`` does not name (the message says how to restore it or gives
+            the command that accepts it: :func:`bdlkit.runs.launch.resume_command`);
             ``accept`` on a finished run.
     """
     check_accept(accept)
@@ -226,24 +244,55 @@ def reconciled(cfg: Any, run_dir: Path, meta: dict[str, Any] | None, *,
                          "continues, so there is no change to make; drop --accept and "
                          "--threads")
     if threads is not None:
-        cfg = dataclasses.replace(cfg, threads=threads)
+        try:
+            cfg = dataclasses.replace(cfg, threads=threads)
+        except ConfigValueError as err:
+            raise err.relabel("--threads") from None
     names = [n for n in PINNED if not (finished and n in RESUME_ONLY)]
     found = differences(cfg, meta, names)
     for name in accept:
-        if name not in found:
-            now = getattr(cfg, name)
+        now = getattr(cfg, name)
+        if name not in found and _text(value_at(cfg.changes, name, now, step)) == _text(now):
             raise InputError(f"--accept {name}: {name} is {now} as the run recorded; nothing "
                              f"to accept (change it with --threads or in config.yaml first)")
-    for name, (old, new) in found.items():
-        if name not in accept:
-            source = (f"--threads {new}" if name == "threads" and threads is not None
-                      else f"config.yaml has {name}: {new}")
-            raise InputError(f"{run_dir}: {source}, but the run's checkpoints were written "
-                             f"with {name}: {old}; "
-                             f"{_fix(name, old, run_dir, threads, finished)}")
+    missing = [name for name in found if name not in accept]
+    if missing:
+        name = next((n for n in missing if n not in ACCEPTABLE), missing[0])
+        old, new = found[name]
+        source = (f"--threads {new}" if name == "threads" and threads is not None
+                  else f"config.yaml has {name}: {new}")
+        command = resume_command(run_dir, threads=threads, accept=dict.fromkeys(
+            n for n in (*accept, *found) if n in ACCEPTABLE))
+        raise InputError(f"{run_dir}: {source}, but the run's checkpoints were written "
+                         f"with {name}: {old}; "
+                         f"{_fix(name, old, run_dir, threads, finished, command)}")
+    if not found:
+        return cfg
+    kept = [c for c in cfg.changes if not (c["option"] in found and c["step"] >= step)]
     changes = [{"step": step, "option": name, "from": old, "to": new}
                for name, (old, new) in found.items()]
-    return dataclasses.replace(cfg, changes=[*cfg.changes, *changes]) if changes else cfg
+    return dataclasses.replace(cfg, changes=[*kept, *changes])
+
+
+def value_at(changes: list[dict[str, Any]], name: str, value: Any, step: int) -> Any:
+    """Field ``name``'s value when the checkpoint of ``step`` was written: its value now,
+    ``value``, with the changes recorded at ``step`` or later undone, newest first (a
+    change at step s holds for the steps after s; the checkpoint of s has the old value).
+    A change whose ``to`` is not the value then is not undone (the field was edited since).
+
+    Args:
+        changes: the run's ``changes`` record.
+        name: the field.
+        value: its value in ``config.yaml`` (or ``--threads``).
+        step: the checkpoint's step.
+    """
+    for change in reversed(changes):
+        if change["option"] != name or change["step"] < step:
+            continue
+        if _text(change["to"]) != _text(value):
+            break
+        value = change["from"]
+    return value
 
 
 def changes_of(cfg: Any) -> dict[str, int]:
@@ -287,26 +336,30 @@ def check_against(cfg: Any, meta: dict[str, Any], run_dir: Path) -> None:
 
 
 def differences(cfg: Any, meta: dict[str, Any], names: list[str]) -> dict[str, tuple]:
-    """``{field: (checkpoint's value, cfg's value)}`` for the fields of ``names`` that
-    differ; those the checkpoint or config.yaml does not record are not compared."""
+    """``{field: (checkpoint's value, cfg's value)}`` for the fields of ``names`` whose
+    value at the checkpoint's step (:func:`value_at`) differs from the checkpoint's; those
+    the checkpoint or config.yaml does not record are not compared."""
     saved, values, found = pinned_fields(meta), cfg.to_dict(), {}
+    step = int(meta.get("step", 0))
     for name in names:
         if name not in saved or (name in RECORDED_SINCE and values[name] is None):
             continue
-        if saved[name] != _text(values[name]):
+        if saved[name] != _text(value_at(cfg.changes, name, values[name], step)):
             found[name] = (_value(saved[name]), values[name])
     return found
 
 
-def _fix(name: str, old: Any, run_dir: Path, threads: int | None, finished: bool) -> str:
-    """How to resume past a difference in ``name``: restore the value or accept it."""
+def _fix(name: str, old: Any, run_dir: Path, threads: int | None, finished: bool,
+         command: str) -> str:
+    """How to resume past a difference in ``name``: restore the value, or accept it with
+    ``command`` (:func:`bdlkit.runs.launch.resume_command`: the run's own launch, with
+    ``--threads`` and every difference to accept)."""
     restore = (f"resume without --threads (the run's count, {old}, is used)"
                if name == "threads" and threads is not None
                else f"restore {name}: {old} in {run_dir}/config.yaml")
     if name in ACCEPTABLE and not finished:
-        return (f"{restore}; or continue with the new value: bdlkit fit --resume {run_dir} "
-                f"--accept {name} ({ACCEPTABLE[name]}; recorded under changes: in "
-                "config.yaml)")
+        return (f"{restore}; or continue with the new value: {command} ({ACCEPTABLE[name]}; "
+                "recorded under changes: in config.yaml)")
     why = NOT_ACCEPTABLE.get(name, "" if name in ACCEPTABLE else
                              f"a run cannot continue with another {name}: start a new run "
                              "with --out")
