@@ -4,8 +4,9 @@ deliberate change recorded under ``changes:``), :mod:`bdlkit.runs.run_record`.
 
 The mends after review (``test_mend*``): the command a refused resume suggests is accepted
 as it stands and is the run's own launch (mend 1, :mod:`bdlkit.runs.launch`), an accepted
-change survives a resume stopped before its next checkpoint (mend 2), and a new run from
-another run's config.yaml is refused in a new run's words (mend 3)."""
+change survives a resume stopped before its next checkpoint (mend 2), a new run from
+another run's config.yaml is refused in a new run's words (mend 3), and the thread count
+has an upper bound (mend 5)."""
 
 import dataclasses
 import hashlib
@@ -27,6 +28,7 @@ from bdlkit.engine.resume import PINNED
 from bdlkit.runs import directory as run
 from bdlkit.runs import run_record
 from bdlkit.runs.config import RunConfig
+from bdlkit.runs.config_values import MAX_THREADS
 from bdlkit.runs.yaml_files import load_yaml, save_yaml
 
 CONFIG = dict(method="sgld", model_kwargs={"hidden": [4]}, steps=20, batch_size=32,
@@ -363,3 +365,16 @@ def test_mend3_a_runs_config_as_template_for_other_data_is_refused_as_a_new_run(
     assert main(argv) == 0  # the key removed, as the line says: fitted on other.npz
     assert load_yaml(tmp_path / "new" / "config.yaml")["data_sha256"] != recorded
 
+
+# ---------------------------------------------------------------- mend 5: threads' bound
+def test_mend5_the_thread_count_has_an_upper_bound(tmp_path, capsys):
+    """threads=10**6 used to reach torch.set_num_threads (100000 threads segfault torch)."""
+    with pytest.raises(InputError, match=rf"threads must be an integer in \[1, {MAX_THREADS}\]"):
+        RunConfig(method="sgld", threads=10**6)
+    assert RunConfig(method="sgld", threads=MAX_THREADS).threads == MAX_THREADS
+    assert main(["fit", "--method", "sgld", "--threads", str(MAX_THREADS + 1),
+                 "--out", str(tmp_path / "run")]) == 2
+    assert f"--threads must be an integer in [1, {MAX_THREADS}]" in capsys.readouterr().err
+    with pytest.raises(InputError, match=rf"^--threads must be an integer in \[1, {MAX_THREADS}"):
+        run_record.reconciled(RunConfig(method="sgld", threads=1), tmp_path,
+                              {"step": 5, "total_steps": 10}, threads=MAX_THREADS + 1)

@@ -30,6 +30,7 @@ from bdlkit.problems.precision import AUTOCAST_DTYPES
 from bdlkit.runs import likelihood_choice
 from bdlkit.runs.config_values import (  # noqa: F401 - ConfigValueError, parse_value, INT_MAX: re-exported
     INT_MAX,
+    MAX_THREADS,
     ConfigValueError,
     check_device,
     checked_field,
@@ -99,8 +100,9 @@ class RunConfig:
     )
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
     threads: int | None = field(
-        default=None, metadata={"help": "torch's CPU threads for the run (default: torch's "
-                                "current count, e.g. from OMP_NUM_THREADS); recorded: a "
+        default=None, metadata={"help": f"torch's CPU threads for the run, 1 to {MAX_THREADS} "
+                                "(default: torch's current count, e.g. from "
+                                "OMP_NUM_THREADS); recorded: a "
                                 "resume uses the same count, so its steps are bit-exact "
                                 "(another needs --resume DIR --threads N --accept threads)"})
     chain_groups: int = field(

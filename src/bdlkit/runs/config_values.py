@@ -21,6 +21,14 @@ from bdlkit.core.value_range import UPPER_BOUNDS, number_problem, positive_probl
 DEVICES = "cpu, cuda, cuda:N (N a visible GPU) or mps"
 INT_MAX = 2**63 - 1  # torch's int64: a larger seed or count overflows
 INT_LOW = {"burnin": 0, "seed": 0}  # every other integer option counts something: >= 1
+#: the most CPU threads a run may ask for. Fixed, not the machine's core count, so that a
+#: run's config.yaml reads back on any machine (evaluate, compare, a resume elsewhere with
+#: --accept threads); above the hardware threads of any one machine today (two 192-core
+#: CPUs with SMT: 768). torch starts every thread it is told to (100000 crash it).
+MAX_THREADS = 1024
+#: the integer options with an upper bound below INT_MAX, each with its bound and why
+INT_HIGH = {"threads": (MAX_THREADS, "torch starts that many CPU threads; more than any "
+                        "one machine has only slows the steps")}
 SIMPLE_TYPES = {"int", "float", "bool", "str", "None", "Literal"}  # what YAML can spell
 
 
@@ -62,7 +70,7 @@ def checked_field(f: dataclasses.Field, value: Any) -> Any:
     if value is None and (optional or kind == "dict"):
         return {} if kind == "dict" else None
     if kind == "int":
-        return checked_int(f.name, value, INT_LOW.get(f.name, 1))
+        return checked_int(f.name, value, INT_LOW.get(f.name, 1), INT_HIGH.get(f.name))
     if kind == "float":
         return checked_positive(f.name, value, high=UPPER_BOUNDS.get(f.name))
     if kind == "dict":
@@ -92,11 +100,16 @@ def checked_changes(name: str, value: Any) -> list[dict[str, Any]]:
     return [dict(c) for c in value]
 
 
-def checked_int(name: str, value: Any, low: int) -> int:
+def checked_int(name: str, value: Any, low: int, high: tuple[int, str] | None = None) -> int:
+    """An integer >= ``low``, and <= ``high[0]`` (whose text ``high[1]`` says why) when
+    given, else <= ``INT_MAX`` (2**63 - 1)."""
     if isinstance(value, str):
         value = parse_value(value, 0, name)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ConfigValueError(name, f"must be an integer >= {low}, got {value!r}")
+    if high is not None and value > high[0]:
+        raise ConfigValueError(name, f"must be an integer in [{low}, {high[0]}] ({high[1]}), "
+                               f"got {value!r}")
     if value > INT_MAX:
         raise ConfigValueError(name, f"must be an integer in [{low}, 2**63 - 1], got {value!r}")
     return int(value)
