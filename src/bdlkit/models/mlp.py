@@ -75,9 +75,17 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Flatten ``x`` to ``(n, prod(in_shape))`` and apply the network (a 1-d ``x`` is one
         example, or ``n`` scalar ones when ``in_shape`` is ``(1,)``)."""
-        per_row = math.prod(x.shape[1:]) if x.ndim > 1 else (1 if self.in_dim == 1 else x.numel())
-        if per_row != self.in_dim:
-            raise ValueError(f"MLP takes examples of shape {self.in_shape} ({self.in_dim} values "
-                             f"each), got x of shape {tuple(x.shape)} ({per_row} values per "
-                             f"example): pass x of shape (n, {self.in_dim})")
-        return self.net(torch.reshape(x, (-1, self.in_dim)))
+        return self.net(torch.reshape(checked_rows(x, self.in_shape), (-1, self.in_dim)))
+
+
+@torch.fx.wrap  # one call node when traced (mc_dropout's torch.fx finds the layers)
+def checked_rows(x: Tensor, in_shape: tuple[int, ...]) -> Tensor:
+    """``x`` itself, refused (``ValueError``) unless each example has ``prod(in_shape)``
+    values: flattening it would regroup its values into another number of rows."""
+    in_dim = math.prod(in_shape)
+    per_row = math.prod(x.shape[1:]) if x.ndim > 1 else (1 if in_dim == 1 else x.numel())
+    if per_row != in_dim:
+        raise ValueError(f"MLP takes examples of shape {in_shape} ({in_dim} values each), "
+                         f"got x of shape {tuple(x.shape)} ({per_row} values per example): "
+                         f"pass x of shape (n, {in_dim})")
+    return x
