@@ -28,3 +28,16 @@ def run_cli(*argv: str, method: tuple[str, str], kill_at: int | None = None,
            "KILL_AT": str(-1 if kill_at is None else kill_at)}
     return subprocess.run([sys.executable, "-W", "ignore", "-c", KILLER, *argv], env=env,
                           check=False, capture_output=True, text=True, timeout=timeout)
+
+
+def importable_package(root, monkeypatch, name: str, source: str):
+    """``name.net`` holding ``source``, importable (from ``root/pkgs``) until the generator is
+    closed: yields ``"name.net"`` (a pytest fixture's body: ``yield from``)."""
+    package = root / "pkgs" / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "net.py").write_text(source)
+    monkeypatch.syspath_prepend(str(root / "pkgs"))
+    yield f"{name}.net"
+    for module in (f"{name}.net", name):
+        sys.modules.pop(module, None)

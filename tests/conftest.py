@@ -63,6 +63,16 @@ _write_arviz_stamp()
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (as under xdist): tiny steps on a busy 2-core machine
+    stall with two. Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def blr():
     """A float64 BayesianModel for y = x·w + N(0, 1) noise and its exact posterior."""
     x, y = blr_data()

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 
 from bdlkit import algorithms
 from bdlkit.bench import efficiency
@@ -11,13 +10,7 @@ from bdlkit.bench import efficiency
 FIELDS = ("model", "method", "step_time_s", "peak_mem_mb")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: tiny steps on a busy 2-core machine stall with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_efficiency_suite_writes_rows_ratios_and_goals(tmp_path):

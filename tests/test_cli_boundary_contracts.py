@@ -2,7 +2,6 @@
 weights are one line naming what is wrong (they were an "internal error" traceback and a
 "step size probably too large" stop)."""
 
-import sys
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import bdlkit
 from bdlkit.cli import main
 from bdlkit.core.errors import InputError
 from bdlkit.models import MLP
+from cli_helpers import importable_package
 
 INT_NET = '''
 import torch
@@ -33,14 +33,8 @@ class IntNet(nn.Module):
 @pytest.fixture
 def int_net(tmp_path, monkeypatch):
     """``intpkg.net:IntNet`` importable from tmp_path."""
-    package = tmp_path / "pkgs" / "intpkg"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "net.py").write_text(INT_NET)
-    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
-    yield "intpkg.net:IntNet"
-    for name in ("intpkg.net", "intpkg"):
-        sys.modules.pop(name, None)
+    for module in importable_package(tmp_path, monkeypatch, "intpkg", INT_NET):
+        yield f"{module}:IntNet"
 
 
 def _one_line(rc: int, err: str) -> str:

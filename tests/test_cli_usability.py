@@ -16,6 +16,7 @@ import pytest
 from bdlkit import algorithms, data, models
 from bdlkit.cli import main
 from bdlkit.core.errors import InputError
+from cli_helpers import importable_package
 from test_cli_errors import _assert_one_error_line, _run
 
 QUICK = ["--steps", "2", "--no-progress"]
@@ -141,14 +142,7 @@ SIZE = 3
 @pytest.fixture
 def user_package(tmp_path, monkeypatch):
     """``mypkg.net`` (``Tiny``, ``not_a_module``, ``SIZE``) importable from tmp_path."""
-    package = tmp_path / "pkgs" / "mypkg"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "net.py").write_text(NET)
-    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
-    yield "mypkg.net"
-    for name in ("mypkg.net", "mypkg"):
-        sys.modules.pop(name, None)
+    yield from importable_package(tmp_path, monkeypatch, "mypkg", NET)
 
 
 def test_python_api_builds_a_users_network(user_package):

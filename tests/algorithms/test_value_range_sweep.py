@@ -36,13 +36,7 @@ CASES = [(LOW, 1, 1, 1), (HIGH, 1, 1, 1), (None, LOW, 1, 1), (None, HIGH, 1, 1),
          (HIGH, LOW, LOW, LOW), (HIGH, HIGH, HIGH, 1), (LOW, HIGH, HIGH, LOW)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread (as under xdist) keeps each run to milliseconds."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: milliseconds per run
 
 
 def _step_option(method: str) -> str | None:

@@ -87,16 +87,9 @@ def run_lock(folder: str | os.PathLike, purpose: str = "writing") -> Iterator[Pa
             held[1] -= 1
         return
     path = folder / LOCK_NAME
-    lock = FileLock(path, timeout=0, thread_local=False)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise FolderBusyError(
-            f"{folder} is being written by another process ({_holder(folder)}); wait for it "
-            "to finish or stop it, then try again (the lock of a process that has exited is "
-            f"taken over automatically; if {path} stays locked with no bdlkit process running, "
-            "delete it)"
-        ) from None
+    lock = _take(folder, "wait for it to finish or stop it, then try again (the lock of a "
+                 f"process that has exited is taken over automatically; if {path} stays "
+                 "locked with no bdlkit process running, delete it)")
     _HELD[key] = [lock, 1]
     try:
         _record(folder / HOLDER_NAME, purpose)
@@ -214,16 +207,21 @@ def holding_locks_below(folder: str | os.PathLike) -> Iterator[None]:
             sub = path.parent
             if any(key[0] == str(sub.resolve()) for key in _HELD):
                 continue  # this process's own
-            lock = FileLock(path, timeout=0, thread_local=False)
-            try:
-                lock.acquire()
-            except Timeout:
-                raise FolderBusyError(
-                    f"{sub} is being written by another process ({_holder(sub)}); an "
-                    f"--overwrite of {folder} would delete it: wait for that process to "
-                    "finish or stop it, then try again") from None
-            held.append(lock)
+            held.append(_take(sub, f"an --overwrite of {folder} would delete it: wait for "
+                                   "that process to finish or stop it, then try again"))
         yield
     finally:
         for lock in held:
             lock.release()
+
+
+def _take(folder: Path, fix: str) -> FileLock:
+    """The lock of ``folder``, taken now, or :class:`FolderBusyError` naming its holder and
+    ``fix`` (what to do) when another live process holds it."""
+    lock = FileLock(folder / LOCK_NAME, timeout=0, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise FolderBusyError(f"{folder} is being written by another process "
+                              f"({_holder(folder)}); {fix}") from None
+    return lock
