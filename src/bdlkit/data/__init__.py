@@ -37,7 +37,7 @@ from typing import Any
 
 from bdlkit.core.errors import InputError
 from bdlkit.data import scaling
-from bdlkit.data.dataset import Dataset, Task, as_float, as_labels
+from bdlkit.data.dataset import Dataset, Task, as_float, as_labels, is_data_file
 from bdlkit.data.files import load_file
 from bdlkit.data.images import load_cifar10, load_digits, load_mnist, load_notmnist, read_idx
 from bdlkit.data.roots import DataNotFoundError, candidate_roots
@@ -155,7 +155,7 @@ def as_recorded(name: str, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]
         name: what :func:`load` takes.
         kwargs: the options for :func:`load`.
     """
-    if Path(name).suffix.lower() not in (".npz", ".csv"):
+    if not is_data_file(name):
         return name, dict(kwargs)
     path = os.path.abspath(os.path.expanduser(name))
     return path, ({**scaling.OPTIONS, **kwargs} if scaling.applies(name, kwargs)

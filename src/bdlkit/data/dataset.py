@@ -13,9 +13,11 @@ the label checks file loaders run on the labels as read (before any cast): the t
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -26,11 +28,19 @@ from bdlkit.core.errors import DataError, DataWarning, InputError, caller_stackl
 
 Task = Literal["classification", "regression", "forecasting"]
 Where = Callable[[str, int], str]  # (array name, row) -> where it is, for a message
+SUPPORTED_EXTENSIONS = (".npz", ".csv")  #: the user data files bdlkit reads (bdlkit.data.files)
 MAX_CLASSES = 10_000  #: cap on an inferred class count; a declared num_classes may exceed it
 #: Floating targets that are all integers in ``[0, LABEL_LIMIT)`` with at least two distinct
 #: values are read as class labels (with a DataWarning naming ``task="regression"``).
 LABEL_LIMIT = 20
 _SHOWN = 5  # classes listed in a warning
+
+
+def is_data_file(name: Any) -> bool:
+    """Whether data set ``name`` is a user data file's path (``.npz``/``.csv``), not a name
+    from the data sets bdlkit knows."""
+    return isinstance(name, (str, os.PathLike)) and (
+        Path(name).suffix.lower() in SUPPORTED_EXTENSIONS)
 
 
 @dataclass(frozen=True)

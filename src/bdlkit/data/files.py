@@ -51,6 +51,7 @@ from bdlkit.core.errors import (
 from bdlkit.data.csv_series import numeric_columns, read_table
 from bdlkit.data.dataset import (
     MAX_CLASSES,
+    SUPPORTED_EXTENSIONS,
     Dataset,
     as_float,
     as_labels,
@@ -61,7 +62,6 @@ from bdlkit.data.dataset import (
 )
 from bdlkit.data.scaling import INPUT_SCALE, check_options, scale_inputs, warn_input_scale
 
-SUPPORTED_EXTENSIONS = (".npz", ".csv")
 LARGE_VALUE = 1e6  #: a column whose largest absolute value exceeds this draws a DataWarning
 _F32_MAX = float(torch.finfo(torch.float32).max)
 _SHOWN = 5  # names or classes listed in a warning

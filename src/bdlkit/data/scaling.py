@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from bdlkit.core.errors import InputError, InputScaleWarning, caller_stacklevel
+from bdlkit.data.dataset import is_data_file
 
 #: The input-scaling options of a user file and their defaults (recorded in config.yaml).
 OPTIONS: dict[str, bool] = {"scale_uint8": True, "standardize": False}
@@ -100,7 +101,7 @@ def warn_input_scale(x: torch.Tensor, path: Path) -> None:
 def applies(name: Any, kwargs: dict[str, Any]) -> bool:
     """Whether data set ``name`` with options ``kwargs`` takes the scaling options: a
     ``.npz``/``.csv`` file that is not read as a time series (``horizon``/``lookback``)."""
-    return (isinstance(name, str) and Path(name).suffix.lower() in (".npz", ".csv")
+    return (isinstance(name, str) and is_data_file(name)
             and not {"horizon", "lookback"} & set(kwargs))
 
 

@@ -45,6 +45,7 @@ import torch
 from bdlkit.core.errors import InputError
 from bdlkit.core.serialization import tensor_digest
 from bdlkit.core.value_range import SPAN, WHY, positive_problem
+from bdlkit.data.dataset import is_data_file
 from bdlkit.engine.checkpoint import latest_checkpoint, read_meta
 from bdlkit.engine.resume import pinned_fields
 from bdlkit.runs.config_values import ConfigValueError
@@ -103,11 +104,6 @@ DIGEST = "sha256"
 _CHUNK = 1 << 20
 
 
-def is_file(name: str) -> bool:
-    """Whether ``name`` is a data file's path (``.npz``/``.csv``), not a named data set."""
-    return Path(name).suffix.lower() in (".npz", ".csv")
-
-
 def data_digest(name: str, ds: Any) -> str:
     """The data's content digest: the SHA-256 of a ``.npz``/``.csv`` file's bytes, or for a
     named data set of its loaded arrays (:func:`~bdlkit.core.serialization.tensor_digest`
@@ -119,7 +115,7 @@ def data_digest(name: str, ds: Any) -> str:
         name: the data set's name or the file's path (as ``config.yaml`` records it).
         ds: the data set loaded from it (before any device or dtype cast).
     """
-    if is_file(name):
+    if is_data_file(name):
         h = hashlib.sha256()
         with open(name, "rb") as f:
             while chunk := f.read(_CHUNK):
@@ -150,7 +146,7 @@ def check_data(cfg: Any, digest: str, *, new_run: bool = False) -> None:
             f"the data it pins")
     fix = ("fit a new run on this data with --out (a run cannot continue, or be evaluated, "
            "on other data)")
-    if is_file(cfg.data):
+    if is_data_file(cfg.data):
         raise InputError(
             f"data file {cfg.data} has changed since the run was fitted on it: its SHA-256 is "
             f"now {digest}, the run recorded {recorded} (data_sha256 in config.yaml); restore "
