@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +66,21 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
     return rows
 
 
+def bare_loop(algorithm: Any, batches: Callable[[int], Any], steps: int,
+              seed: int) -> dict[str, torch.Tensor]:
+    """``steps`` of ``state, info = algorithm.step(state, batches(t))`` and nothing else
+    (the floor a Runner is compared with, here and in ``bench efficiency``'s whole-run
+    row); returns the final parameters."""
+    state = algorithm.init(generator=torch.Generator().manual_seed(seed))
+    for t in range(steps):
+        state, _ = algorithm.step(state, batches(t))
+    return algorithm.params(state)
+
+
 def _once(mode: str, algorithm: Any, ds: Any, steps: int, seed: int) -> dict[str, torch.Tensor]:
     if mode == "bare":
         batches = Batches(algorithm.problem, ds, 128, fold_in(seed, DATA_SEED_SALT))
-        state = algorithm.init(generator=torch.Generator().manual_seed(seed))
-        for t in range(steps):
-            state, _ = algorithm.step(state, batches(t))
-        return algorithm.params(state)
+        return bare_loop(algorithm, batches, steps, seed)
     if mode == "memory":
         return Runner(algorithm, ds, seed=seed).fit(steps).params
     with tempfile.TemporaryDirectory() as tmp:

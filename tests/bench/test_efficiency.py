@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bdlkit import algorithms
-from bdlkit.bench import efficiency
+from bdlkit.bench import efficiency, efficiency_memory, efficiency_report, efficiency_setup
 
 FIELDS = ("model", "method", "step_time_s", "peak_mem_mb")
 
@@ -16,15 +16,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 def test_efficiency_suite_writes_rows_ratios_and_goals(tmp_path):
     rows = efficiency.run(tmp_path, models=("mlp",), methods=("sgd", "score_vi", "advi", "sgld"),
                           steps=2, repeats=1, warmup=1, memory=False, echo=False,
-                          shared_warm_up=False)
+                          shared_warm_up=False, denormal_rounds=2)
     result = json.loads((tmp_path / "results.json").read_text())
     assert result["suite"] == "efficiency" and result["command"].startswith("bdlkit bench")
     ran = [m for m in ("sgd", "score_vi", "advi", "sgld")
-           if efficiency._registered(m) in algorithms.METHODS]
+           if efficiency_setup.registered(m) in algorithms.METHODS]
     assert [r["method"] for r in result["rows"]] == ran == [r["method"] for r in rows]
     for row in result["rows"]:
         assert set(FIELDS) <= set(row) and row["model"] == "mlp" and row["status"] == "ok"
         assert row["step_time_s"] > 0 and row["peak_mem_mb"] is None and row["timed"] == "2x1"
+        assert row["denormal_speedup"] > 0  # the denormal check ran on every row
+    assert result["settings"]["denormal_models"] == ["mlp"]
+    assert "**Denormals** (checked on mlp)" in (tmp_path / "results.md").read_text()
     ratios = result["ratios"]
     assert ratios["mlp:score_vi/sgd"] > 0 and ratios["mlp:sgld/sgd"] > 0
     assert ("mlp:score_vi/advi" in ratios) == ("advi" in algorithms.METHODS)
@@ -56,9 +59,24 @@ def test_unregistered_methods_are_skipped_and_failures_recorded(tmp_path, monkey
     assert "no_such" in result["skipped"] and result["ratios"] == {}
 
 
-@pytest.mark.skipif(not efficiency._reset_peak_rss(), reason="needs Linux /proc clear_refs")
+def test_the_goals_of_issue_perf_2_are_judged_and_their_memory_pairs_computed():
+    goals = {"mlp:score_vi/torch_sgd": 1.5, "mlp:advi/torch_sgd": 1.5, "mlp:advi/ivon_opt": 1.1,
+             "l2e_mem/sgd_mem": 1.5, "meta_sgmcmc_mem/sgd_mem": 1.5, "mlp:advi_flow/advi": 3,
+             "mlp:score_vi_flow/score_vi": 3, "target:infer/torch loop": 1.5}
+    assert goals.items() <= efficiency.GOALS.items()
+    rows = [{"model": "resnet20_frn", "method": m, "step_time_s": 1.0, "peak_mem_mb": mem}
+            for m, mem in (("sgd", 400.0), ("l2e", 600.0), ("meta_sgmcmc", 1200.0))]
+    ratios = efficiency_report.ratio_table(rows)
+    assert ratios["l2e_mem/sgd_mem"] == 1.5 and ratios["meta_sgmcmc_mem/sgd_mem"] == 3.0
+    # the quick suite measures the memory of all three on ResNet20-FRN (the rows it times)
+    rows_of_quick = {*efficiency.METHOD_SPECS, *efficiency_setup.extra_samplers()}
+    assert {"sgd", "l2e", "meta_sgmcmc"} <= rows_of_quick
+    assert "resnet20_frn" in efficiency.MODEL_SPECS
+
+
+@pytest.mark.skipif(not efficiency_memory.reset_peak_rss(), reason="needs Linux /proc clear_refs")
 def test_memory_probe_measures_a_fresh_subprocess():
-    mem, how, err = efficiency._subprocess_memory("mlp", "sgd", seed=0, mem_steps=1)
+    mem, how, err = efficiency_memory.subprocess_memory("mlp", "sgd", seed=0, mem_steps=1)
     assert err is None and how.startswith("rss growth") and 0 <= mem < 500
 
 
