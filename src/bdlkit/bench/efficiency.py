@@ -33,11 +33,11 @@ rounds; ``timed`` says how many steps x rounds it got. On CUDA the timer synchro
 the device.
 
 **Denormals.** ``denormal_speedup`` is each row's step time with float32 denormals not
-flushed over flushed (``torch.set_flush_denormal``), ``denormal_rounds`` interleaved
-rounds of half the row's steps each way (quick: 3 rounds on the MLP only; full: 5 on
-every model), the caller's setting restored; a row above :data:`~.efficiency_report.
-DENORMAL_FLAG` (1.1) is flagged in the notes: some of its arithmetic runs on denormal
-numbers.
+flushed over flushed (``torch.set_flush_denormal``), ``denormal_rounds`` interleaved rounds
+of half the row's steps each way (:data:`DENORMAL_CHECK`: quick, 3 rounds on the MLP only;
+full, 5 on every model; on the CPU only, whose setting it is), the caller's setting
+restored; a row above :data:`~.efficiency_timing.DENORMAL_FLAG` (1.1) is flagged in the
+notes: some of its arithmetic runs on denormal numbers.
 
 **Peak memory** (:mod:`.efficiency_memory`). ``peak_mem_mb`` is the peak memory *growth*
 over the built model and batch while the algorithm is initialised and runs ``mem_steps``
@@ -187,7 +187,7 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
         n_steps, n_rounds, n_warm = sizes[model_name]
         model_rows, states = time_model(
             model_name, problem, batch, chosen, n_steps, n_rounds, n_warm, budget_s, seed, dev,
-            echo, denormal_rounds if model_name in denormal_models else 0)
+            echo, denormal_rounds if model_name in denormal_models and dev.type == "cpu" else 0)
         times = {r["method"]: r["step_time_s"] for r in model_rows}
         missed = [b for (a, b) in (("score_vi", "sgd"), ("score_vi", "advi"))
                   if goal_key(model_name, f"{a}/{b}") in GOALS
@@ -237,7 +237,8 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, command: str | None = 
                 "warmup": {m: w for m, (_, _, w) in sizes.items()}, "budget_s": budget_s,
                 "mem_steps": mem_steps, "memory_models": list(memory_models) if memory else [],
                 "denormal_rounds": denormal_rounds,
-                "denormal_models": list(denormal_models) if denormal_rounds else [],
+                "denormal_models": (list(denormal_models) if denormal_rounds and dev.type == "cpu"
+                                    else []),
                 "device": str(dev), "seed": seed,
                 "models": {m: MODEL_SPECS[m][0] for m in model_names},
                 "hyper": {m: METHOD_SPECS.get(m, (m, {}))[1] for m in chosen},
