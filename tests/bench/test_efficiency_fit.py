@@ -69,3 +69,20 @@ def test_a_whole_run_as_a_fresh_process(tmp_path):
     run = efficiency_fit.run(5, seed=0, threads=1)
     assert run["status"] == "ok" and run["steps"] == 5 and run["total_s"] > run["fixed_s"] > 0
     assert run["ratios"]["fit:whole run/bare loop"] > 1
+
+
+def test_the_suite_reports_the_whole_run_with_its_ratios(tmp_path, monkeypatch):
+    from bdlkit.bench import efficiency
+
+    calls = []
+    monkeypatch.setattr(efficiency_fit, "run", lambda steps, seed, threads: calls.append(
+        (steps, seed, threads)) or efficiency_fit.summary(MARKS, steps, ARGV))
+    efficiency.run(tmp_path, models=("mlp",), methods=("torch_sgd",), steps=1, repeats=1,
+                   warmup=1, memory=False, echo=False, shared_warm_up=False,
+                   denormal_rounds=0, fit_steps=10, seed=3)
+    assert calls == [(10, 3, 1)]  # the suite's thread count (one_thread)
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["fit"]["total_s"] == 5.0
+    assert result["ratios"]["fit:whole run/bare loop"] == 10.0
+    assert "## Whole run: `bdlkit fit` on the digits MLP (10 steps" in (
+        tmp_path / "results.md").read_text()
