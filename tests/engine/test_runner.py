@@ -248,3 +248,42 @@ def test_a_store_warning_points_at_the_users_line():
     with pytest.warns(UserWarning, match="burnin=10 keeps draws") as record:
         bdlkit.infer(target, "hmc", steps=40, adapt_steps=20, burnin=10, num_leapfrog=2)
     assert record[0].filename == __file__
+
+
+class _Spy(torch.Tensor):
+    """A log density that records the torch functions called on it."""
+
+    calls: list[str] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(getattr(func, "__name__", str(func)))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("value", [None, float("nan"), [0.0, float("inf")]])
+def test_the_runner_reads_a_steps_log_density_once(monkeypatch, value):
+    """The NaN check and the log entry share one host read of a one-value log density
+    (the per-step cost of a small target); a Python float and a several-value tensor are
+    checked too."""
+    cls = type(get_method("sgld").build(bdlkit.Target(lambda t: -t.sum(-1), dim=1)))
+    inner = cls.step
+
+    def step(self, state, batch):
+        new, info = inner(self, state, batch)
+        log_prob = info["log_prob"].as_subclass(_Spy) if value is None else (
+            torch.tensor(value) if isinstance(value, list) else value)
+        return new, {**info, "log_prob": log_prob}
+
+    monkeypatch.setattr(cls, "step", step)
+    monkeypatch.setattr(_Spy, "calls", [])
+    target = bdlkit.Target(lambda t: -0.5 * (t**2).sum(-1), dim=2)
+    run = lambda: bdlkit.infer(target, "sgld", steps=6, seed=0, progress=False)  # noqa: E731
+    if value is not None:
+        with pytest.raises(NonFiniteError, match="step 1"):
+            run()
+        return
+    result = run()
+    assert _Spy.calls == ["numel", "__float__"] * 6
+    assert [type(e["log_prob"]) for e in result.history] == [float] * 6

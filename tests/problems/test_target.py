@@ -140,3 +140,43 @@ def test_an_analytic_score_stays_differentiable_inside_a_transform():
     torch.testing.assert_close(jac, -4 * theta**3)  # log_prob itself is differentiable
     vm = torch.func.vmap(lambda t: target.value_and_score(t)[1])(theta[None])
     torch.testing.assert_close(vm[0], -4 * theta**3)  # inside a transform: autodiff
+
+
+def _graph_nodes(monkeypatch, target, theta):
+    """The autograd nodes of the output ``value_and_score`` differentiates."""
+    seen = []
+    grad = torch.autograd.grad
+
+    def spy(outputs, inputs, *args, **kwargs):
+        seen.append(outputs)
+        return grad(outputs, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", spy)
+    target.value_and_score(theta)
+    monkeypatch.undo()
+    (out,) = seen
+    names, todo = [], [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None:
+            names.append(type(node).__name__)
+            todo.extend(n for n, _ in node.next_functions)
+    return sorted(names)
+
+
+def test_the_autograd_score_differentiates_log_prob_alone(monkeypatch):
+    """A step's score by autograd puts nothing but log_prob in the graph: no reshape of θ
+    or of the output, and a sum only over several chains; the value and score are those
+    of the reshaped-and-summed density, bit for bit."""
+    target = bdlkit.Target(lambda th: -0.5 * (th**2).sum(-1), dim=3)
+    own = ["AccumulateGrad", "MulBackward0", "PowBackward0", "SumBackward1"]
+    one, chains = torch.tensor([0.3, -1.2, 2.0]), torch.randn(4, 3)
+    assert _graph_nodes(monkeypatch, target, one) == own
+    assert _graph_nodes(monkeypatch, target, chains) == sorted([*own, "SumBackward0"])
+    for theta in (one, chains):
+        value, score = target.value_and_score(theta)
+        leaf = theta.clone().requires_grad_(True)
+        ref = target.log_prob(leaf).sum()
+        (ref_score,) = torch.autograd.grad(ref, leaf)
+        assert value.shape == () and score.shape == theta.shape
+        assert torch.equal(value, ref.detach()) and torch.equal(score, ref_score)

@@ -48,7 +48,9 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any,
              is_leaf: Callable[[Any], bool] | None = None) -> Any:
     """``optree.tree_map`` in bdlkit's namespace (``None`` is a leaf-less node; ``is_leaf``
-    stops at the subtrees it accepts)."""
+    stops at the subtrees it accepts). A tensor (a Target's θ) is its own only leaf."""
+    if isinstance(tree, Tensor):  # the same call, without optree's flatten and unflatten
+        return fn(tree, *rest)
     return optree.tree_map(fn, tree, *rest, is_leaf=is_leaf, namespace=NAMESPACE)
 
 
@@ -120,6 +122,8 @@ def max_abs(tree: TensorTree) -> float:
 
 def device_of(tree: TensorTree) -> torch.device:
     """Device of the first leaf (CPU for an empty tree)."""
+    if isinstance(tree, Tensor):
+        return tree.device
     leaves = tree_leaves(tree)
     return leaves[0].device if leaves else torch.device("cpu")
 

@@ -24,6 +24,7 @@ writer's, and the ranks decide together when to checkpoint or stop.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -282,6 +283,7 @@ class Runner:
         t = start
         compiled = self.compiled = (CompiledSteps(self.algorithm, whole_graph=isinstance(
             self.problem, Target)) if self.compile else None)
+        data_parallel = self.topology.data_parallel
         with deferred_stop() as interrupted:
             while t < total:
                 new_state, done, draws, info = advance(
@@ -292,7 +294,7 @@ class Runner:
                                     "step's log density the runner checks for NaN; add it "
                                     "(bdlkit.core.protocol.Algorithm)")
                 before, t = t, t + done
-                self._check_finite(info[LOG_PROB], t, info.get(NONFINITE, "the log density"))
+                info = self._check_finite(info, t)
                 if done > 1 and not self.algorithm.is_finite(new_state):  # a NaN stays NaN
                     raise NonFiniteError(self.nan_stop_message("the parameters", t))
                 state = new_state
@@ -306,17 +308,19 @@ class Runner:
                     history.append(entry)
                     if log is not None:
                         log.append(entry)
-                    failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
+                    if self.callbacks.items:
+                        failed = self.callbacks.log(LogEvent(t, total, dict(entry), method))
                     if not bar.disable:  # a disabled bar still formats its postfix
                         bar.set_postfix(postfix(entry), refresh=False)
-                bar.update(t - before)
+                if not bar.disable:
+                    bar.update(t - before)
                 now = time.perf_counter()
                 checkpoint_due = due(self.checkpoint_every, before, t) or (
                     self.checkpoint_seconds is not None
                     and now - last_ckpt_time >= self.checkpoint_seconds
                 )
                 signal, failed_elsewhere = interrupted(), False
-                if self.topology.data_parallel:  # decided together: no rank waits alone
+                if data_parallel:  # decided together: no rank waits alone
                     checkpoint_due, signal, failed_elsewhere = replicas.decide_together(
                         self.topology, self.problem, checkpoint_due, signal, failed is not None)
                 stop = signal is not None or failed is not None or failed_elsewhere
@@ -407,9 +411,22 @@ class Runner:
             if self.algorithm.keep(s):
                 self.store.offer(s, self.algorithm.params(state) if draws is None else draws[s])
 
-    def _check_finite(self, value: Tensor | None, t: int, what: str) -> None:
-        if value is not None and not bool(torch.isfinite(torch.as_tensor(value)).all()):
-            raise NonFiniteError(self.nan_stop_message(what, t))
+    def _check_finite(self, info: dict[str, Any], t: int) -> dict[str, Any]:
+        """Stop at a non-finite ``info[LOG_PROB]`` (its ``NONFINITE`` says what); return
+        ``info`` with a one-value log density as a float (one host read per step: the
+        log entry formats that float)."""
+        value = info[LOG_PROB]
+        if value is None:
+            return info
+        if isinstance(value, Tensor) and value.numel() != 1:
+            finite = bool(torch.isfinite(value).all())
+        else:
+            value = float(value)
+            finite = math.isfinite(value)
+            info = {**info, LOG_PROB: value}
+        if not finite:
+            raise NonFiniteError(self.nan_stop_message(info.get(NONFINITE, "the log density"), t))
+        return info
 
     def nan_stop_message(self, what: str, t: int) -> str:
         """The NaN stop's message (:func:`~bdlkit.engine.resume.nan_message`; with a run_dir

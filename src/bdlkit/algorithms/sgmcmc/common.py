@@ -18,10 +18,12 @@ The temperature lives in the problem only (``BayesianModel(temperature=...)``,
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
 import torch
+from torch import Tensor
 
 from bdlkit.core import rng
 from bdlkit.core.protocol import Problem
@@ -36,6 +38,8 @@ from bdlkit.core.tree import TensorTree, detach_clone, device_of, randn_like, tr
 #: RMSEs above the mean predictor's on a 300-point regression, and on UCI yacht at 300
 #: epochs sghmc's test RMSE was 2.11 against 1.01 at 0.02 (``docs/methods/index.md``).
 REGRESSION_LR = 0.02
+#: dtypes whose product with a 0-d tensor of their own dtype is that with a Python float
+_EXACT_DTYPES = (torch.float32, torch.float64)
 
 
 class LearnedVersion:
@@ -78,9 +82,29 @@ def add_noise(tree: TensorTree, variance: float | TensorTree,
     noise = randn_like(tree, generator)
     if isinstance(variance, float):
         sd = math.sqrt(variance)
-        return tree_map(lambda t, z: z.mul_(sd).add_(t), tree, noise)
+        return tree_map(lambda t, z: z.mul_(factor(sd, z)).add_(t), tree, noise)
     return tree_map(lambda t, v, z: z.mul_(v.clamp_min(0).sqrt()).add_(t), tree, variance,
                     noise)
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar_tensor(value: float, dtype: torch.dtype) -> Tensor:
+    return torch.scalar_tensor(value, dtype=dtype)
+
+
+def factor(value: float, like: Tensor) -> float | Tensor:
+    """``value`` as the factor of an in-place product with ``like``: on a CPU float32 or
+    float64 tensor a 0-d tensor of its dtype (cached; the same product bit for bit,
+    without the cast of a Python float that costs a small tensor's ``mul_`` twice its
+    time); else the float itself (a 0-d half would round ``value`` first).
+
+    Args:
+        value: the factor, e.g. the noise's standard deviation.
+        like: the tensor it multiplies.
+    """
+    if like.is_cpu and like.dtype in _EXACT_DTYPES:
+        return _scalar_tensor(value, like.dtype)
+    return value
 
 
 def descend(params: TensorTree, score: TensorTree, lr: float, problem: Problem) -> TensorTree:
