@@ -13,12 +13,22 @@ inputs are never modified), which is what the element-wise methods call each ste
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
+import optree
 import torch
+from torch import Tensor
 
-from bdlkit.core.tree import TensorTree, pytree_dataclass, tree_map, zeros_like
+from bdlkit.core.tree import (
+    NAMESPACE,
+    TensorTree,
+    pytree_dataclass,
+    tree_leaves,
+    tree_map,
+    zeros_like,
+)
 
 
 @pytree_dataclass
@@ -49,9 +59,11 @@ class SGD:
         return tree_map(lambda v: -lr * v, buf), SGDState(momentum=buf)
 
     def apply(
-        self, grads: TensorTree, state: SGDState, params: TensorTree, lr: float
+        self, grads: TensorTree, state: SGDState, params: TensorTree, lr: float,
+        fused: bool = False,
     ) -> tuple[TensorTree, SGDState]:
-        """``params + update(...)`` fused (module docstring)."""
+        """``params + update(...)`` fused (module docstring): three passes per tensor
+        (``fused`` is Adam's option; SGD's step is these three either way)."""
         buf = tree_map(lambda v, g: torch.mul(v, self.momentum).add_(g), state.momentum, grads)
         return tree_map(lambda p, v: torch.add(p, v, alpha=-lr), params, buf), \
             SGDState(momentum=buf)
@@ -85,12 +97,30 @@ class Adam:
         return updates, AdamState(count=count, mu=mu, nu=nu)
 
     def apply(
-        self, grads: TensorTree, state: AdamState, params: TensorTree, lr: float
+        self, grads: TensorTree, state: AdamState, params: TensorTree, lr: float,
+        fused: bool = False,
     ) -> tuple[TensorTree, AdamState]:
         """``params + update(...)`` fused (module docstring); the bias corrections are
-        Python floats (the count is a CPU scalar), so no tiny tensor operations."""
+        Python floats (the count is a CPU scalar), so no tiny tensor operations.
+
+        ``fused=True`` (the VI steps): the new λ, m and v are copies of the old ones
+        finished in place by torch's fused Adam kernel (``torch.optim.Adam(...,
+        fused=True)``'s), one pass over all the tensors of a dtype and device instead of
+        seven. Its rounding depends on where a value sits in its tensor (the kernel's
+        vector body or its tail), so a stack of members would not reproduce each member
+        bit for bit, as the element-wise operations of the default do. Where torch has no
+        such kernel (torch < 2.4 on the CPU, other devices) it is the default's."""
         count = state.count + 1
         n = float(count)
+        if fused:
+            leaves, spec = optree.tree_flatten(params, namespace=NAMESPACE)
+            if all(t.device.type in _FUSED_DEVICES for t in leaves):
+                new, mu, nu = ([t.clone() for t in tree_leaves(tree)]
+                               for tree in (params, state.mu, state.nu))
+                self._fused(new, tree_leaves(grads), mu, nu, n, lr)
+                unflatten = functools.partial(optree.tree_unflatten, spec)
+                return unflatten(new), AdamState(count=count, mu=unflatten(mu),
+                                                 nu=unflatten(nu))
         c1, c2 = 1 - self.b1**n, 1 - self.b2**n
         b1, b2, eps, root = self.b1, self.b2, self.eps, math.sqrt(c2)
         mu = tree_map(lambda m, g: torch.mul(m, b1).add_(g, alpha=1 - b1), state.mu, grads)
@@ -99,6 +129,23 @@ class Adam:
         new = tree_map(lambda p, m, v: torch.addcdiv(p, m, v.sqrt().div_(root).add_(eps),
                                                      value=-lr / c1), params, mu, nu)
         return new, AdamState(count=count, mu=mu, nu=nu)
+
+    def _fused(self, params: list[Tensor], grads: list[Tensor], mu: list[Tensor],
+               nu: list[Tensor], n: float, lr: float) -> None:
+        """torch's fused kernel on the copies, one call per (device, dtype)."""
+        groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        for i, t in enumerate(params):
+            groups.setdefault((t.device, t.dtype), []).append(i)
+        for (device, _), index in groups.items():
+            step = torch.full((), n, dtype=torch.float32, device=device)
+            torch._fused_adam_(*([seq[i] for i in index] for seq in (params, grads, mu, nu)),
+                               [], [step] * len(index), lr=lr, beta1=self.b1, beta2=self.b2,
+                               weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+
+
+#: The devices with torch's fused Adam kernel (the CPU's since torch 2.4).
+_FUSED_DEVICES = ("cuda", "cpu") if tuple(
+    int(x) for x in torch.__version__.split(".")[:2]) >= (2, 4) else ("cuda",)
 
 
 def make_optimizer(name: str, **kwargs) -> SGD | Adam:

@@ -19,7 +19,7 @@ import optree
 import torch
 from torch import Tensor
 
-from bdlkit.core import rng
+from bdlkit.core import noise, rng
 
 TensorTree = Any  # a pytree whose leaves are tensors
 NAMESPACE = "bdlkit"
@@ -75,18 +75,20 @@ def randn_like(tree: TensorTree, generator: torch.Generator | rng.NoiseTape,
 
     A dict of tensors of one dtype and device is drawn as *one* vector of all its values
     (in the dict's order) and split: one generator call per step, and the same numbers
-    whether the parameters are a dict or the flat vector of :mod:`bdlkit.core.flat`.
+    whether the parameters are a dict or the flat vector of :mod:`bdlkit.core.flat`. A
+    draw of more than 65 536 values on the CPU is filled in parallel chunks
+    (:func:`bdlkit.core.noise.standard_normal`: the same numbers at any thread count).
     ``generator`` may be a :class:`~bdlkit.core.rng.NoiseTape` (a compiled chunk).
     """
     lead = () if n is None else (n,)
     if isinstance(tree, dict) and len(tree) > 1 and _uniform(tree.values()):
         first = next(iter(tree.values()))
         sizes = [t.numel() for t in tree.values()]
-        z = rng.normal((*lead, sum(sizes)), generator, first.dtype, first.device)
+        z = noise.standard_normal((*lead, sum(sizes)), generator, first.dtype, first.device)
         return {k: part.reshape((*lead, *t.shape))
                 for (k, t), part in zip(tree.items(), z.split(sizes, dim=-1), strict=True)}
-    return tree_map(lambda t: rng.normal((*lead, *t.shape), generator, t.dtype, t.device),
-                    tree)
+    return tree_map(lambda t: noise.standard_normal((*lead, *t.shape), generator, t.dtype,
+                                                    t.device), tree)
 
 
 def _uniform(leaves: Any) -> bool:

@@ -1,0 +1,58 @@
+"""Float denormals flushed to zero around a step, the caller's setting restored after.
+
+Where they come from (measured on the efficiency bench's MLP 784-256-256-10, batch 128,
+after 300 ADVI steps): a sampled network is confident, some softmax probabilities fall
+below float32's smallest normal number (1.2e-38), and the backward of ``log_softmax``
+(``grad − exp(log p)·Σ grad``, inside torch) returns denormal entries of ``p − y``; the
+backward matrix products and the ReLU backward carry them on (about 13 000 denormal
+values per step in the products' outputs, none in any state tensor). The source is
+inside torch's kernels, so the VI steps run under :func:`flushed`: on CPUs with slow
+denormal arithmetic (the issue measured 11.1 against 6.1 ms per ADVI step) the
+backward runs at full speed, and values below 1.2e-38 become zero (they are far below
+any gradient's rounding).
+
+``torch.set_flush_denormal`` sets the calling thread's floating-point control register
+(x86 MXCSR's FTZ and DAZ, aarch64 FPCR's FZ), so the flush covers the work done on that
+thread: all of it with one thread, the main thread's share with an OpenMP pool (whose
+threads keep the setting they were started with). torch offers no getter for the
+setting: :func:`flushing` reads it by multiplying the smallest double denormal by one
+(Python's float arithmetic obeys the same register: 50 ns, against 8 µs for a tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The smallest positive double (a denormal) and one: their product is zero exactly while
+#: denormals are flushed (module variables, so that the compiler does not fold it).
+_SMALLEST, _ONE = 5e-324, 1.0
+
+
+def flushing() -> bool:
+    """Whether denormals are flushed to zero on this thread now."""
+    return _SMALLEST * _ONE == 0.0
+
+
+def flushed(step: F) -> F:
+    """``step`` run with denormals flushed to zero, the thread's setting restored after
+    (also when ``step`` raises). Inside a compiled graph (``compile=True``) it runs as it
+    is: the setting is the thread's, not the graph's."""
+    @functools.wraps(step)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or flushing() or not torch.set_flush_denormal(True):
+            return step(*args, **kwargs)  # compiling, on already, or unsupported here
+        try:
+            return step(*args, **kwargs)
+        finally:
+            torch.set_flush_denormal(False)
+
+    return run  # type: ignore[return-value]
+
+
+__all__ = ["flushed", "flushing"]
