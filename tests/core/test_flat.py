@@ -100,3 +100,21 @@ def test_views_covering_part_of_a_buffer_are_not_taken_for_it():
     layout = FlatLayout.of({"a": torch.zeros(2), "b": torch.zeros(4)})
     assert layout.flatten(wrong_shape) is not buffer
     assert not layout.matches({"a": torch.zeros(2), "b": None})
+
+
+def test_pack_takes_leaves_with_leading_dimensions_to_one_buffer_without_copies():
+    """A dict whose leaves are (6, *shape) (L2E's rolling means) packs to one (6, d) buffer
+    and back to views of it; packing those views again returns that buffer (before, pack
+    concatenated them to (6·d,) and unpack failed)."""
+    t = tree()
+    layout = FlatLayout.of(t)
+    means = {k: torch.randn(6, *v.shape, generator=torch.Generator().manual_seed(1))
+             for k, v in t.items()}
+    state = AdamState(count=torch.zeros(()), mu=t, nu=means)
+    packed = pack(layout, state)
+    assert packed.mu.shape == (17,) and packed.nu.shape == (6, 17)
+    torch.testing.assert_close(packed.nu, torch.cat([v.reshape(6, -1) for v in means.values()],
+                                                    dim=1))
+    back = unpack(layout, state, packed)
+    assert all(back.nu[k]._base is packed.nu and torch.equal(back.nu[k], means[k]) for k in t)
+    assert pack(layout, back).nu is packed.nu  # views of one buffer: that buffer

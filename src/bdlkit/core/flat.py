@@ -84,10 +84,15 @@ class FlatLayout:
         ``batch`` leading dimensions): the common buffer, no copy, when the leaves are its
         views in this layout's order, else a concatenation."""
         leaves = [tree[n] for n in self.names]
-        base = _common_buffer(leaves, self.shapes, self.dtype) if batch == 0 else None
+        base = _common_buffer(leaves, self.shapes, self.dtype, batch)
         if base is not None:
             return base
         return torch.cat([t.reshape(*t.shape[:batch], -1) for t in leaves], dim=-1)
+
+    def lead(self, tree: dict[str, Tensor]) -> int:
+        """How many leading dimensions ``tree``'s leaves have before this layout's shapes
+        (0 for parameters; 1 for L2E's rolling means, each ``(6, *shape)``)."""
+        return tree[self.names[0]].ndim - len(self.shapes[0])
 
     def views(self, flat: Tensor) -> dict[str, Tensor]:
         """The named tensors of ``flat`` (``(*lead, d)``), views where the layout allows."""
@@ -98,21 +103,34 @@ class FlatLayout:
 
 
 def _common_buffer(leaves: list[Tensor], shapes: tuple[tuple[int, ...], ...],
-                   dtype: torch.dtype) -> Tensor | None:
-    """The 1-D buffer whose consecutive views, shaped ``shapes``, ``leaves`` are exactly
-    (covering all of it), or None."""
+                   dtype: torch.dtype, batch: int = 0) -> Tensor | None:
+    """The contiguous ``(*lead, d)`` buffer (``batch`` leading dimensions) whose consecutive
+    column blocks, shaped ``(*lead, *shape)``, ``leaves`` are exactly (covering all of it),
+    or None."""
     base = leaves[0]._base
     total = sum(math.prod(s) for s in shapes)
-    if base is None or base.ndim != 1 or base.numel() != total or base.dtype != dtype \
-            or not base.is_contiguous():
+    if base is None or base.ndim != batch + 1 or base.shape[-1] != total \
+            or base.dtype != dtype or not base.is_contiguous():
         return None
-    pointer, size = base.data_ptr(), base.element_size()
+    lead, pointer, size = tuple(base.shape[:-1]), base.data_ptr(), base.element_size()
     for leaf, shape in zip(leaves, shapes, strict=True):
-        if leaf._base is not base or leaf.data_ptr() != pointer or tuple(leaf.shape) != shape \
-                or not leaf.is_contiguous():
+        want = (*base.stride()[:-1], *_contiguous_strides(shape))
+        if leaf._base is not base or leaf.data_ptr() != pointer \
+                or tuple(leaf.shape) != (*lead, *shape) \
+                or any(n != 1 and a != b for n, a, b in zip(leaf.shape, leaf.stride(), want)):
             return None
-        pointer += leaf.numel() * size
+        pointer += math.prod(shape) * size
     return base
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (a stride of a dimension of size 1
+    does not matter)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def _is_params(layout: FlatLayout) -> Any:
@@ -120,9 +138,10 @@ def _is_params(layout: FlatLayout) -> Any:
 
 
 def pack(layout: FlatLayout, state: Any) -> Any:
-    """``state`` with every dict shaped like ``layout`` replaced by its flat vector."""
-    return tree_map(lambda node: layout.flatten(node) if isinstance(node, dict) else node,
-                    state, is_leaf=_is_params(layout))
+    """``state`` with every dict shaped like ``layout`` replaced by its flat vector, or
+    ``(*lead, d)`` for leaves with leading dimensions (:meth:`FlatLayout.lead`)."""
+    return tree_map(lambda node: layout.flatten(node, layout.lead(node))
+                    if isinstance(node, dict) else node, state, is_leaf=_is_params(layout))
 
 
 def unpack(layout: FlatLayout, like: Any, packed: Any) -> Any:
