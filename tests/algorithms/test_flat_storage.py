@@ -112,3 +112,35 @@ def test_storage_is_checked_and_not_part_of_the_checkpoint_record():
     assert "storage" not in algorithms.get_method("sgld").build(model).record()
     with pytest.raises(TypeError):
         algorithms.get_method("sgld").build(model, 0.1, "flat")  # storage is keyword-only
+
+
+def test_a_returned_state_steps_without_packing_again_and_a_changed_one_is_packed(monkeypatch):
+    """The step remembers the packed state behind the state it returned: given that state
+    back it skips the pack; with one of its tensors replaced it packs again (and steps
+    what it was given)."""
+    from bdlkit.algorithms import storage
+
+    packs = []
+    real_pack = storage.pack
+    monkeypatch.setattr(storage, "pack", lambda layout, state: packs.append(1) or real_pack(
+        layout, state))
+    model, batch = problem()
+    alg = algorithms.get_method("advi").build(model)
+    state = alg.init(generator=torch.Generator().manual_seed(3))
+    state, _ = alg.step(state, batch)
+    assert len(packs) == 1
+    fresh = state_from_tensors(state, {k: v.clone() for k, v in state_to_tensors(state).items()})
+    remembered, _ = alg.step(state, batch)
+    assert len(packs) == 1  # the returned state was not packed again
+    packed, _ = alg.step(fresh, batch)
+    assert len(packs) == 2
+    for x, y in zip(tree_leaves(remembered), tree_leaves(packed), strict=True):
+        assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))
+    name = next(iter(remembered.lam.mu))
+    remembered.lam.mu[name] = remembered.lam.mu[name] + 1.0  # a dict is mutable: replaced
+    moved, _ = alg.step(remembered, batch)
+    assert len(packs) == 3
+    copy = state_from_tensors(remembered, {k: v.clone() for k, v in
+                                           state_to_tensors(remembered).items()})
+    for x, y in zip(tree_leaves(moved), tree_leaves(alg.step(copy, batch)[0]), strict=True):
+        assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))

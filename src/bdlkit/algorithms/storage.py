@@ -11,17 +11,25 @@ tensor, and the states it returns hold named views into one buffer per field. No
 drawn as one vector either way (:func:`bdlkit.core.tree.randn_like`), so ``"flat"`` and
 ``"tree"`` give the same iterates to float rounding (tested for every such method). A
 Target's θ is one tensor already: nothing changes for it.
+
+A step remembers the state it returned with the packed state it came from (weakly: the
+memory goes with the returned state). When the next step is given that state back, with
+the same tensors in it, it steps the packed state it already has: no layout, no pack, no
+checks of the views (about 0.2 ms per step on a 6-tensor MLP, a tenth of its SGD step).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bdlkit.core.flat import FlatLayout, FlatProblem, pack, unpack
 from bdlkit.core.protocol import AlgorithmBase, Batch, Info
+from bdlkit.core.tree import tree_leaves
 
 STORAGES = ("flat", "tree")
 
@@ -39,6 +47,7 @@ class FlatStorage:
     storage: Literal["flat", "tree"] = field(default="flat", kw_only=True, repr=False,
                                              compare=False)
     _twins: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _returned: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def flat_storage(self) -> bool:
@@ -54,11 +63,27 @@ class FlatStorage:
         """:meth:`update`, on the packed state when storage is flat (module docstring)."""
         if self.storage not in STORAGES:
             raise ValueError(f"storage must be one of {STORAGES}, got {self.storage!r}")
-        layout = FlatLayout.of(self.params(state)) if self.flat_storage else None  # type: ignore[attr-defined]
-        if layout is None:
-            return self.update(state, batch)
-        new, info = self.flat_twin(layout).update(pack(layout, state), batch)
-        return unpack(layout, state, new), info
+        known = self._returned.get("packed")
+        if known is not None and self._returned["state"]() is state \
+                and all(map(operator.is_, tree_leaves(state), self._returned["leaves"])):
+            layout, packed = known
+        else:
+            layout = FlatLayout.of(self.params(state)) if self.flat_storage else None  # type: ignore[attr-defined]
+            if layout is None:
+                return self.update(state, batch)
+            packed = pack(layout, state)
+        new, info = self.flat_twin(layout).update(packed, batch)
+        out = unpack(layout, state, new)
+        self._remember(out, layout, new)
+        return out, info
+
+    def _remember(self, state: Any, layout: FlatLayout, packed: Any) -> None:
+        """Keep ``packed`` for the step that is given ``state`` back (module docstring),
+        until ``state`` is freed."""
+        returned = self._returned
+        returned.clear()
+        returned.update(state=weakref.ref(state, lambda _: returned.clear()),
+                        leaves=tuple(tree_leaves(state)), packed=(layout, packed))
 
     def flat_twin(self, layout: FlatLayout) -> Any:
         """This algorithm on :class:`FlatProblem` (cached per layout): a shallow copy with
@@ -73,6 +98,7 @@ class FlatStorage:
 def _on_problem(algorithm: Any, flat: FlatProblem) -> Any:
     twin = copy.copy(algorithm)
     object.__setattr__(twin, "_twins", {})
+    object.__setattr__(twin, "_returned", {})
     original = algorithm.problem
     object.__setattr__(twin, "problem", flat)
     for f in dataclasses.fields(twin):

@@ -95,10 +95,14 @@ class FlatLayout:
         return tree[self.names[0]].ndim - len(self.shapes[0])
 
     def views(self, flat: Tensor) -> dict[str, Tensor]:
-        """The named tensors of ``flat`` (``(*lead, d)``), views where the layout allows."""
+        """The named tensors of ``flat`` (``(*lead, d)``), views where the layout allows
+        (one split; a 1-D tensor is its part as it is)."""
         lead = flat.shape[:-1]
         parts = flat.split(self.sizes, dim=-1)
-        return {n: p.view(s) if not lead else p.reshape((*lead, *s))
+        if lead:
+            return {n: p.reshape((*lead, *s))
+                    for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
+        return {n: p if len(s) == 1 else p.view(s)
                 for n, p, s in zip(self.names, parts, self.shapes, strict=True)}
 
 
@@ -146,9 +150,15 @@ def pack(layout: FlatLayout, state: Any) -> Any:
 
 def unpack(layout: FlatLayout, like: Any, packed: Any) -> Any:
     """The inverse of :func:`pack`: ``packed``'s vectors back to named views, wherever
-    ``like`` (a state of the same structure) has a parameter-shaped dict."""
-    return tree_map(lambda node, value: layout.views(value) if isinstance(node, dict)
-                    else value, like, packed, is_leaf=_is_params(layout))
+    ``like`` (a state of the same structure) has a dict and ``packed`` a tensor (where
+    :func:`pack` put one: no dict is checked against the layout again)."""
+    return tree_map(lambda node, value: layout.views(value)
+                    if isinstance(node, dict) and isinstance(value, Tensor) else value,
+                    like, packed, is_leaf=_is_dict)
+
+
+def _is_dict(node: Any) -> bool:
+    return isinstance(node, dict)
 
 
 class FlatProblem:
