@@ -39,7 +39,11 @@ about one posterior std. Start STL from σ near the posterior scale, or warm-sta
 Scale: the optimiser minimises −ELBO/N (N = ``num_data``; 1 for a Target), as MAP minimises
 −value/N (``docs/conventions.md``), so ``lr`` is per datum. The entropy gradient is scaled
 by 1/N like the rest. Cost (docs/vi.md, cost per iteration): S network forward + backward passes plus O(Sd), and
-memory for λ (2d) plus the optimiser's moments.
+memory for λ (2d) plus the optimiser's moments. On flat storage the O(Sd) is a fixed list
+of element-wise passes over one vector per field (:mod:`.common`), and the step runs with
+float denormals flushed (:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a
+network of more than 65 536 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`)
+and Adam is torch's fused kernel, so a checkpoint of version 1 is not resumed.
 
 ``init_std`` and ``lr`` (defaults 1e-2 and 1e-2): under Adam log σ moves by about ``lr`` per
 step, so σ needs about ln(σ*/σ₀)/lr steps to reach its optimum σ*. With the former 1e-3 and
@@ -55,7 +59,7 @@ warm-start.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -67,6 +71,7 @@ from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi.flow_vi import FlowOptions
 from bdlkit.algorithms.vi.schedule import Annealing
 from bdlkit.core import rng
+from bdlkit.core.denormals import flushed
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import TensorTree, device_of, tree_map
@@ -100,6 +105,7 @@ class ADVI(FlatStorage, FlowOptions, Annealing, vi.DiagGaussianVI):
     init_std: float = 1e-2
     stl: bool = False
     name: str = "advi"
+    VERSION: ClassVar[int] = 2  # the module docstring's last paragraph
     _opt: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -122,28 +128,30 @@ class ADVI(FlatStorage, FlowOptions, Annealing, vi.DiagGaussianVI):
     ) -> tuple[DiagGaussianParams, Tensor]:
         """The Monte Carlo estimate of ∇_λ ELBO from the stacked draws ``eps`` (S, ...),
         unscaled (not divided by N), and the mean log density of the draws."""
+        return self.scaled_elbo_grad(lam, eps, batch, 1.0, own_eps=False)
+
+    def scaled_elbo_grad(
+        self, lam: DiagGaussianParams, eps: TensorTree, batch: Batch, scale: float,
+        own_eps: bool,
+    ) -> tuple[DiagGaussianParams, Tensor]:
+        """``scale`` · :meth:`elbo_grad` in fresh tensors, one element-wise pass per line of
+        the module docstring's formulas (``own_eps``: ``eps`` is this step's own draw, and
+        becomes σε in place where STL does not need ε itself)."""
         sigma = tree_map(torch.exp, lam.rho)  # once: exp is the costliest element-wise op
-        thetas = tree_map(torch.addcmul, lam.mu, sigma, eps)  # θ = μ + σ ε (vi.reparam)
-        value, scores = vi.minibatch_scores(self.problem, thetas, batch)
-
-        def grad_mu(s: Tensor, e: Tensor, sd: Tensor) -> Tensor:
-            return (s + e / sd).mean(0) if self.stl else s.mean(0)
-
-        def grad_rho(s: Tensor, e: Tensor, sd: Tensor) -> Tensor:
-            if self.stl:
-                return ((s + e / sd) * sd * e).mean(0)
-            return (s * e).mean(0).mul_(sd).add_(1.0)
-
-        return DiagGaussianParams(
-            mu=tree_map(grad_mu, scores, eps, sigma),
-            rho=tree_map(grad_rho, scores, eps, sigma),
-        ), value
+        scale_eps = torch.Tensor.mul_ if own_eps and not self.stl else torch.mul
+        noise = tree_map(scale_eps, eps, sigma)  # σ ε
+        value, scores = vi.minibatch_scores(self.problem, tree_map(torch.add, noise, lam.mu),
+                                            batch)  # at θ = μ + σ ε
+        if self.stl:  # ŝ + ε/σ replaces ŝ, and the entropy's (0, 1) goes
+            scores = tree_map(torch.addcdiv, scores, eps, sigma)
+        return vi.elbo_gradients(scores, noise, scale, entropy=not self.stl), value
 
     @property
     def flat_storage(self) -> bool:
         """Flat on the diagonal Gaussian; a flow family keeps its own layout."""
         return self.storage == "flat" and self._flow is None
 
+    @flushed
     def update(self, state: ADVIState, batch: Batch) -> tuple[ADVIState, Info]:
         if self._flow is not None:  # flow_vi's module docstring
             return flow_vi.elbo_step(self._flow, self._layout, self._opt,
@@ -151,9 +159,8 @@ class ADVI(FlatStorage, FlowOptions, Annealing, vi.DiagGaussianVI):
                                      num_samples=self.num_samples, stl=self.stl)
         gen = rng.from_state(state.rng_state, device=device_of(state.lam.mu))
         eps = vi.draw_eps(state.lam, self.num_samples, gen)
-        grad, value = self.elbo_grad(state.lam, eps, batch)
-        scale = -1.0 / self.problem.effective_num_data  # minimise −ELBO/N
-        grads = tree_map(lambda g: g.mul_(scale), grad)  # fresh tensors of elbo_grad
+        grads, value = self.scaled_elbo_grad(  # of −ELBO/N, the loss minimised
+            state.lam, eps, batch, -1.0 / self.problem.effective_num_data, own_eps=True)
         new = vi.apply_grads(self._opt, state, grads, self.rate(state.step), gen)
         return self.advance_average(new), {"log_prob": value, "elbo": value + vi.entropy(state.lam)}
 

@@ -4,8 +4,7 @@ Every such method keeps the same state and differs only in how it turns draws in
 gradient for λ = (μ, ρ = log σ) (``bdlkit.families.diag_gaussian``)::
 
     gen    = rng.from_state(state.rng_state)
-    eps    = draw_eps(state.lam, S, gen)              # (S, ...) standard normal, per leaf
-    thetas = reparam(state.lam, eps)                  # θ_k = μ + σ ε_k
+    noise, thetas = gaussian_draws(μ, σ, S, gen)      # σ ε_k and θ_k = μ + σ ε_k, (S, ...)
     value, scores = minibatch_scores(problem, thetas, batch)   # if the method needs ŝ(θ_k)
     grads  = <method-specific ∇_λ loss>               # a DiagGaussianParams
     state  = apply_grads(opt, state, grads, lr, gen)  # optimiser step, rng saved, step + 1
@@ -13,6 +12,13 @@ gradient for λ = (μ, ρ = log σ) (``bdlkit.families.diag_gaussian``)::
 The optimisers are bdlkit's functional ones (:mod:`bdlkit.core.optim`), applied to the
 :class:`DiagGaussianParams` pytree, so the whole state (λ, optimiser moments, generator
 state, step) flattens into a checkpoint.
+
+On flat storage (:mod:`bdlkit.algorithms.storage`) each leaf is one vector of all the
+network's values, so each line above is one element-wise pass over it: the step of
+``advi`` is exp (σ), the draw, σ·ε in place, μ + σε, the oracle, the two gradients (one
+pass each, :func:`elbo_gradients`) and Adam (copies of λ, m, v finished by one fused
+kernel, :meth:`bdlkit.core.optim.Adam.apply`). The methods run under
+:func:`bdlkit.core.denormals.flushed` (denormals from a confident network's softmax).
 """
 
 from __future__ import annotations
@@ -138,6 +144,34 @@ def draw_eps(lam: DiagGaussianParams, n: int, generator: torch.Generator) -> Ten
     return randn_like(lam.mu, generator, n)
 
 
+def gaussian_draws(mu: TensorTree, sigma: TensorTree, n: int, generator: torch.Generator
+                   ) -> tuple[TensorTree, TensorTree]:
+    """``(σ ε_k, θ_k = μ + σ ε_k)`` for ``n`` draws stacked along a new leading dimension
+    (two passes after the draw: ε is scaled in place, then shifted into a fresh tensor)."""
+    noise = tree_map(torch.Tensor.mul_, randn_like(mu, generator, n), sigma)
+    return noise, tree_map(torch.add, noise, mu)
+
+
+def elbo_gradients(scores: TensorTree, noise: TensorTree, scale: float,
+                   entropy: bool = True) -> DiagGaussianParams:
+    """``scale`` times the reparameterisation gradients of the ELBO (``docs/vi.md``) from
+    the draws' scores ŝ_k and offsets σε_k: ``mean_k ŝ_k`` for μ and ``mean_k ŝ_k ⊙ σε_k
+    + 1`` for ρ (the 1, ∇_ρ H, left out with ``entropy=False``). One pass each for one
+    draw; ``scale = −1/N`` gives the loss gradients of ADVI and of score_vi at K = 1."""
+    def grad_mu(s: Tensor) -> Tensor:
+        return torch.mul(s[0], scale) if s.shape[0] == 1 else s.mean(0).mul_(scale)
+
+    def grad_rho(s: Tensor, e: Tensor) -> Tensor:
+        if s.shape[0] == 1:  # scale·(1 + ŝ σε) in one pass
+            return torch.addcmul(s.new_full((), scale if entropy else 0.0), s[0], e[0],
+                                 value=scale)
+        mean = torch.mul(s, e).mean(0)
+        return (mean.add_(1.0) if entropy else mean).mul_(scale)
+
+    return DiagGaussianParams(mu=tree_map(grad_mu, scores),
+                              rho=tree_map(grad_rho, scores, noise))
+
+
 def reparam(lam: DiagGaussianParams, eps: TensorTree) -> TensorTree:
     """``θ = μ + σ ε`` (``eps`` with or without a leading draw dimension)."""
     return tree_map(lambda m, r, e: torch.addcmul(m, r.exp(), e), lam.mu, lam.rho, eps)
@@ -155,6 +189,9 @@ def minibatch_scores(
     if isinstance(problem, Target):
         value, score = problem.value_and_score(thetas, batch)
         return value / thetas.shape[0], score
+    if num_draws(thetas) == 1:  # no copy: the one score, viewed with its draw dimension
+        value, score = problem.value_and_score(tree_map(lambda t: t[0], thetas), batch)
+        return value, tree_map(lambda t: t.unsqueeze(0), score)
     values, scores = [], []
     for k in range(num_draws(thetas)):
         theta = tree_map(lambda t, k=k: t[k], thetas)
@@ -174,9 +211,9 @@ def apply_grads(
     opt: SGD | Adam, state: VIState, grads: DiagGaussianParams, lr: float,
     generator: torch.Generator,
 ) -> VIState:
-    """One optimiser step on λ (``grads`` of the loss to *minimise*); saves the generator
-    (the average is the caller's to advance)."""
-    lam, opt_state = opt.apply(grads, state.opt_state, state.lam, lr)
+    """One optimiser step on λ (``grads`` of the loss to *minimise*; Adam's fused kernel);
+    saves the generator (the average is the caller's to advance)."""
+    lam, opt_state = opt.apply(grads, state.opt_state, state.lam, lr, fused=True)
     return VIState(lam=lam, opt_state=opt_state, rng_state=rng.state_of(generator),
                    step=state.step + 1, average=state.average)
 
@@ -186,7 +223,9 @@ __all__ = [
     "apply_grads",
     "check_hyper",
     "draw_eps",
+    "elbo_gradients",
     "entropy",
+    "gaussian_draws",
     "init_state",
     "initial_lam",
     "make_opt",

@@ -25,6 +25,13 @@ density) ĝ = −ŝ, λ = 1, δ = 0 (:mod:`bdlkit.algorithms.vi.prior_split`). �
 with ``schedule="cosine"`` (the run length is bound by ``for_run``; a hand-written loop that
 does not call it keeps the rate constant). The update is element-wise: it runs on flat
 buffers (:mod:`bdlkit.algorithms.storage`). Cost: S forward/backward passes, memory m, h, g.
+
+On flat storage a step is a fixed list of element-wise passes over one vector per field
+(h + δ, λ(h + δ), σε in place, θ, L̂, ĝ, ĥ, g, h, m: one or two each; the prior's score
+−P·m in one pass for a zero-mean Gaussian prior, without ``torch.func``), run with float
+denormals flushed (:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a network of
+more than 65 536 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`) and the
+passes round differently, so a checkpoint of version 1 is not resumed.
 """
 
 from __future__ import annotations
@@ -39,10 +46,11 @@ from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.storage import FlatStorage
-from bdlkit.algorithms.vi.common import DiagGaussianVI, entropy, minibatch_scores
+from bdlkit.algorithms.vi.common import DiagGaussianVI, minibatch_scores
 from bdlkit.algorithms.vi.prior_split import likelihood_scores, prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
 from bdlkit.core import rng
+from bdlkit.core.denormals import flushed
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import (
@@ -51,6 +59,7 @@ from bdlkit.core.tree import (
     device_of,
     pytree_dataclass,
     randn_like,
+    tree_leaves,
     tree_map,
     zeros_like,
 )
@@ -58,6 +67,7 @@ from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
 from bdlkit.problems import Target
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
+ENTROPY_CONST = 0.5 * (1.0 + math.log(2 * math.pi))  # H = Σ_i [log σ_i + ½(1 + log 2π)]
 
 
 @pytree_dataclass
@@ -104,6 +114,7 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
     mc_samples: int = 1
     clip_radius: float = float("inf")
     name: str = "ivon"
+    VERSION: ClassVar[int] = 2  # the module docstring's last paragraph
     laplace_start: ClassVar[dict[str, float]] = {"hess_init": 1.0}
 
     def __post_init__(self) -> None:
@@ -167,41 +178,52 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
                           average=None)
         return dataclasses.replace(state, average=self.initial_average(self.lam(state)))
 
+    @flushed
     def update(self, state: IVONState, batch: Batch) -> tuple[IVONState, Info]:
         size, delta = self.data_size, self.weight_decay
         gen = rng.from_state(state.rng_state, device=device_of(state.mean))
         eps = randn_like(state.mean, gen, self.mc_samples)  # (S, ...) standard normal
-        sigma = tree_map(lambda h: (size * (h + delta)).rsqrt(), state.hess)
-        noise = tree_map(torch.mul, sigma, eps)  # σ ε
-        value, scores = minibatch_scores(self.problem, tree_map(torch.add, state.mean, noise),
+        shifted = tree_map(lambda h: torch.add(h, delta), state.hess)  # h + δ
+        precision = tree_map(lambda h: torch.mul(h, size), shifted)  # λ(h + δ) = 1/σ²
+        noise = tree_map(lambda e, p: e.mul_(p.rsqrt()), eps, precision)  # σ ε
+        value, scores = minibatch_scores(self.problem, tree_map(torch.add, noise, state.mean),
                                          batch)
         prior = prior_terms(self.problem, state.mean)
-        per_datum = -1.0 / self.problem_size  # ∇ℓ̄ = −L̂/λ0, δ(m − m0) = −s_p/λ0
-        grads = tree_map(lambda s: s * per_datum, likelihood_scores(scores, noise, prior))
-        decay = tree_map(lambda s: s * per_datum, prior.score)
+        lik = likelihood_scores(scores, noise, prior)  # ∇ℓ̄ = −L̂/λ0, δ(m − m0) = −s_p/λ0
         t = state.step + 1
         b1, b2, radius = self.beta1, self.beta2, self.clip_radius
+        per_datum = -1.0 / self.problem_size
         lr = self.rate(state.step) * (self.hess_init + delta)
         debias = 1.0 - b1 ** t
 
-        def per_leaf(m, h, g_mom, g_k, n_k, s, decay):
-            h_hat = (g_k * n_k).mean(0) / s.square()  # ĝ σε / σ², with this step's σ
-            g_mom = g_mom * b1 + (1 - b1) * g_k.mean(0)
-            h_new = positive_average(h, h_hat, b2, delta)
-            step = ((g_mom / debias + decay) / (h_new + delta)).clamp(-radius, radius)
-            return m - lr * step, h_new, g_mom
+        def per_leaf(m, h, g_mom, h_d, prec, l_k, n_k, s_p):
+            g_hat = torch.mul(l_k[0] if len(l_k) == 1 else l_k.mean(0), per_datum)  # ĝ
+            h_hat = (torch.mul(g_hat, n_k[0]) if len(l_k) == 1  # ĥ = mean_k ĝ_k σε_k / σ²
+                     else torch.mul(l_k, n_k).mean(0).mul_(per_datum)).mul_(prec)
+            g_mom = torch.lerp(g_mom, g_hat, 1 - b1)
+            h_new = positive_average(h, h_hat, b2, h_d)
+            num = torch.add(g_mom, s_p, alpha=per_datum * debias)  # debias·(g/debias + δ(m − m0))
+            den = torch.add(h_new, delta) if delta else h_new
+            if radius == math.inf and abs(lr / debias) <= torch.finfo(m.dtype).max:
+                return torch.addcdiv(m, num, den, value=-lr / debias), h_new, g_mom
+            step = num.div_(den).mul_(1 / debias).clamp_(-radius, radius)
+            return step.mul_(-lr).add_(m), h_new, g_mom  # a scalar beyond the dtype: inf
 
         mean, hess, momentum = unzip(tree_map(per_leaf, state.mean, state.hess,
-                                              state.momentum, grads, noise, sigma,
-                                              decay), 3)
+                                              state.momentum, shifted, precision, lik, noise,
+                                              prior.score), 3)
         new = IVONState(mean=mean, hess=hess, momentum=momentum,
                         rng_state=rng.state_of(gen), step=t, average=state.average)
-        # the draws came from q_t: value + H(q_t) estimates its ELBO (the objective plotted)
-        info = {"log_prob": value, "elbo": value + entropy(self.lam(state)), "lr": lr}
+        # the draws came from q_t: value + H(q_t) estimates its ELBO (the objective plotted),
+        # H = Σ log σ + const with log σ = −½ log λ(h + δ)
+        entropy = sum(p.log().sum() * -0.5 + ENTROPY_CONST * p.numel()
+                      for p in tree_leaves(precision))
+        info = {"log_prob": value, "elbo": value + entropy, "lr": lr}
         if state.average is None:  # this run does not average (a network's default)
             return new, info
         average = self.averaged(state.average, self.lam(new), t)
         return dataclasses.replace(new, average=average), info
+
 
 def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
     """Split the result of ``tree_map`` with a function returning ``n``-tuples into ``n``
@@ -211,14 +233,18 @@ def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
     return tuple({k: v[i] for k, v in out.items()} for i in range(n))
 
 
-def positive_average(h: Tensor, h_hat: Tensor, beta: float, delta: float) -> Tensor:
-    """``β h + (1 − β) ĥ + ½ (1 − β)² (h − ĥ)² / (h + δ)``: the average of IVON's curvature.
+def positive_average(h: Tensor, h_hat: Tensor, beta: float, shifted: Tensor | float
+                     ) -> Tensor:
+    """``β h + (1 − β) ĥ + ½ (1 − β)² (h − ĥ)² / (h + δ)``: the average of IVON's curvature
+    (``shifted``: h + δ, or δ alone; ``h_hat`` is used up).
 
     With x = (1 − β)(h − ĥ) and a = h + δ > 0 the new h + δ is a(1 − x/a + x²/(2a²)) > 0,
     whatever ĥ's sign: the second-order term of the Riemannian gradient step keeps the
     precision positive (Lin, Schmidt & Khan, ICML 2020)."""
-    return h * beta + (1 - beta) * h_hat + (0.5 * (1 - beta) ** 2) * (h - h_hat).square() \
-        / (h + delta)
+    if not isinstance(shifted, Tensor):
+        shifted = h + shifted
+    new = torch.lerp(h, h_hat, 1 - beta)
+    return new.addcdiv_(h_hat.sub_(h).square_(), shifted, value=0.5 * (1 - beta) ** 2)
 
 
 def check_options(lr, ess, hess_init, beta1, beta2, mc_samples, clip_radius) -> None:

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
+from bdlkit.core.flat import FlatProblem
 from bdlkit.core.protocol import Problem
 from bdlkit.core.tree import TensorTree, tree_map, zeros_like
-from bdlkit.problems import Target
+from bdlkit.problems import BayesianModel, Target
+from bdlkit.problems.priors import IsotropicGaussian
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,25 @@ class PriorTerms:
 
 
 def prior_terms(problem: Problem, mean: TensorTree) -> PriorTerms:
-    """The prior's score and precision at ``mean`` (module docstring)."""
+    """The prior's score and precision at ``mean`` (module docstring): ``−P·m`` in one pass
+    for BayesianModel's own zero-mean prior, else ``torch.func.grad`` of the log prior."""
     if isinstance(problem, Target):
         return PriorTerms(score=zeros_like(mean), precision=0.0)
     temp = float(problem.temperature)
+    precision = 1.0 / (problem.prior.scale ** 2 * temp)
+    if _zero_mean_gaussian(problem):
+        return PriorTerms(score=tree_map(lambda m: torch.mul(m, -precision), mean),
+                          precision=precision)
     score = torch.func.grad(problem.log_prior)(mean)
-    return PriorTerms(score=tree_map(lambda g: g * (1.0 / temp), score),
-                      precision=1.0 / (problem.prior.scale ** 2 * temp))
+    return PriorTerms(score=tree_map(lambda g: g * (1.0 / temp), score), precision=precision)
+
+
+def _zero_mean_gaussian(problem: Problem) -> bool:
+    """Whether the log prior is :class:`~bdlkit.BayesianModel`'s own, an isotropic Gaussian
+    of mean 0 (on the model or on its flat vector, :class:`~bdlkit.core.flat.FlatProblem`)."""
+    model = problem.problem if isinstance(problem, FlatProblem) else problem
+    return isinstance(model, BayesianModel) and type(model).log_prior is BayesianModel.log_prior \
+        and type(model.prior) is IsotropicGaussian and not model.prior.means
 
 
 def likelihood_scores(scores: TensorTree, noise: TensorTree, prior: PriorTerms) -> TensorTree:
@@ -48,7 +62,17 @@ def likelihood_scores(scores: TensorTree, noise: TensorTree, prior: PriorTerms) 
     from the mean (module docstring)."""
     if prior.precision == 0.0:
         return scores
-    return tree_map(lambda s, sp, e: s - sp + prior.precision * e, scores, prior.score, noise)
+    precision = unchecked(prior.precision)
+    return tree_map(lambda s, sp, e: torch.addcmul(s, e, precision).sub_(sp), scores,
+                    prior.score, noise)
 
 
-__all__ = ["PriorTerms", "likelihood_scores", "prior_terms"]
+def unchecked(value: float) -> torch.Tensor:
+    """``value`` as a 0-dim float64 CPU tensor: an operation takes it in its tensors' dtype
+    without the range check of a scalar argument (``alpha=``, ``value=``), so a precision
+    beyond float32's range, 1/(σ0²·T) at the ends of bdlkit's range, becomes inf in the
+    arithmetic, as a product would, instead of raising."""
+    return torch.tensor(value, dtype=torch.float64)
+
+
+__all__ = ["PriorTerms", "likelihood_scores", "prior_terms", "unchecked"]

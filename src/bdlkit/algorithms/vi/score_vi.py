@@ -34,6 +34,14 @@ graph through the network). Two solvers:
 The KL discount (``BayesianModel(kld=...)``, ``--kld``) is the problem's, in ŝ.
 Memory: λ, the anchor and the solver state (Adam moments, or the curvature and momentum
 averages).
+
+On flat storage both solvers are a fixed list of element-wise passes over one vector per
+field (the gradient solver's are ADVI's, :mod:`.common`; the closed form's in
+:func:`~.score_vi_closed_form.step`), run with float denormals flushed
+(:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a network of more than 65 536
+values is drawn in parallel chunks (:mod:`bdlkit.core.noise`), Adam is torch's fused kernel
+and the closed form's passes round differently, so a checkpoint of version 1 is not
+resumed.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -52,7 +60,10 @@ from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
 from bdlkit.algorithms.vi.common import (
     DiagGaussianVI,
+    draw_eps,
+    elbo_gradients,
     entropy,
+    gaussian_draws,
     initial_lam,
     make_opt,
     minibatch_scores,
@@ -62,6 +73,7 @@ from bdlkit.algorithms.vi.prior_split import prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
 from bdlkit.algorithms.vi.score_vi_options import check, warn_inert
 from bdlkit.core import rng
+from bdlkit.core.denormals import flushed
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import (
@@ -73,7 +85,6 @@ from bdlkit.core.tree import (
     unzip_pairs,
 )
 from bdlkit.core.value_range import LOW
-from bdlkit.families import diag_gaussian as family
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.problems import Target
 
@@ -172,6 +183,7 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
     max_step: float = float("inf")
     precondition: Literal["sigma2", "natural", "none"] | bool = "sigma2"
     name: str = "score_vi"
+    VERSION: ClassVar[int] = 2  # the module docstring's last paragraph
     _opt: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -274,11 +286,16 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
 
     def anchor_draws(self, anchor: DiagGaussianParams, gen: torch.Generator) -> TensorTree:
         """S draws of q_t: independent, or S/2 antithetic pairs μ_t ± σ_t ε."""
+        return self.anchor_noise(anchor, gen)[1]
+
+    def anchor_noise(self, anchor: DiagGaussianParams, gen: torch.Generator
+                     ) -> tuple[TensorTree, TensorTree]:
+        """:meth:`anchor_draws` with their offsets from the anchor: ``(σ_t ε_k, θ_k)``."""
+        sigma = tree_map(torch.exp, anchor.rho)
         if not self.antithetic:
-            return family.sample(anchor, self.num_samples, gen)
-        half = family.sample(DiagGaussianParams(mu=tree_map(torch.zeros_like, anchor.mu),
-                                                rho=anchor.rho), self.num_samples // 2, gen)
-        return tree_map(lambda m, e: torch.cat([m + e, m - e]), anchor.mu, half)
+            return gaussian_draws(anchor.mu, sigma, self.num_samples, gen)
+        noise = tree_map(_antithetic, draw_eps(anchor, self.num_samples // 2, gen), sigma)
+        return noise, tree_map(torch.add, noise, anchor.mu)
 
     @property
     def flat_storage(self) -> bool:
@@ -286,6 +303,7 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         layout)."""
         return self.storage == "flat" and self._flow is None
 
+    @flushed
     def update(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
         if self._flow is not None:
             k = self.inner_steps
@@ -298,7 +316,7 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         anchor = state.lam if t % self.inner_steps == 0 else state.anchor
         alpha = self.alpha(t // self.inner_steps * self.inner_steps)
         gen = rng.from_state(state.rng_state, device=device_of(anchor.mu))
-        thetas = self.anchor_draws(anchor, gen)  # (S, ...) from q_t, no grad
+        noise, thetas = self.anchor_noise(anchor, gen)  # (S, ...) from q_t, no grad
         value, scores = minibatch_scores(self.problem, thetas, batch)
         # the draws came from the anchor q_t: value + H(q_t) estimates its ELBO (plotted)
         info: dict[str, Any] = {"log_prob": value, "elbo": value + entropy(anchor),
@@ -310,15 +328,15 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
             info = {"log_prob": None, "alpha": alpha, "rejected": 1.0}  # none evaluated
         elif self.solver == "closed_form":
             lam, opt_state, extra = closed_form.step(
-                state.lam, anchor, thetas, scores, prior_terms(self.problem, anchor.mu),
+                state.lam, anchor, noise, scores, prior_terms(self.problem, anchor.mu),
                 state.opt_state, self.settings(state, alpha, guarded),
                 a_min=self.a_min if self.a_min is not None else precision_floor(self.problem),
                 t=t)
             info.update(extra)
         else:
-            grads = self.gradients(state.lam, anchor, thetas, scores, alpha)
+            grads = self.gradients(state.lam, anchor, thetas, scores, alpha, noise)
             lam, opt_state = self._opt.apply(grads, state.opt_state, state.lam,
-                                             self.rate(t))
+                                             self.rate(t), fused=True)
         new = ScoreVIState(lam=lam, anchor=anchor, opt_state=opt_state,
                            rng_state=rng.state_of(gen), step=t + 1, average=state.average)
         return self.advance_average(new), info
@@ -337,11 +355,15 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
             estimator=estimator, loss=self.loss, max_step=self.max_step, guard=guarded)
 
     def gradients(self, lam: DiagGaussianParams, anchor: DiagGaussianParams,
-                  thetas: TensorTree, scores: TensorTree, alpha: float) -> DiagGaussianParams:
-        """The preconditioned λ-gradient of the per-anchor loss (module docstring)."""
+                  thetas: TensorTree, scores: TensorTree, alpha: float,
+                  noise: TensorTree | None = None) -> DiagGaussianParams:
+        """The preconditioned λ-gradient of the per-anchor loss (module docstring);
+        ``noise``: the draws' offsets θ_k − μ_t, when the caller has them."""
         n = float(self.problem.effective_num_data)
         if self.precondition == "sigma2" and self.loss == "rb" and anchor is lam:  # = ADVI
-            return anchored_rb_gradients(lam, thetas, scores, n)
+            if noise is None:
+                noise = tree_map(torch.sub, thetas, lam.mu)
+            return anchored_rb_gradients(noise, scores, n)
         centred = self.precondition == "natural" and self.loss == "rb"
         extra = {"centred": True, "antithetic": self.antithetic} if centred else {}
         grads = (rb_gradients if self.loss == "rb" else mc_gradients)(
@@ -354,6 +376,15 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         var = tree_map(lambda r: (2 * r).exp(), lam.rho)
         return DiagGaussianParams(mu=tree_map(lambda g, v: g * v / (2 * n), grads.mu, var),
                                   rho=tree_map(lambda g, v: g * v / (4 * n), grads.rho, var))
+
+
+def _antithetic(eps: Tensor, sigma: Tensor) -> Tensor:
+    """``(σε, −σε)`` stacked along the draws (two passes into one new tensor)."""
+    half = eps.shape[0]
+    out = eps.new_empty((2 * half, *eps.shape[1:]))
+    torch.mul(eps, sigma, out=out[:half])
+    torch.neg(out[:half], out=out[half:])
+    return out
 
 
 def precision_floor(problem: Problem, target: float = 1e-8) -> float:
@@ -400,14 +431,12 @@ def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: Te
     return _per_leaf(per_leaf, lam, anchor, thetas, scores)
 
 
-def anchored_rb_gradients(lam: DiagGaussianParams, thetas: TensorTree, scores: TensorTree,
+def anchored_rb_gradients(noise: TensorTree, scores: TensorTree,
                           num_data: float) -> DiagGaussianParams:
     """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (K = 1), over 2N (μ) and 4N (ρ):
-    ``−mean_k ŝ_k / N`` and ``−(1 + mean_k (θ_k − μ) ŝ_k) / N``, ADVI's gradients."""
-    mu = tree_map(lambda s: s.mean(0).mul_(-1.0 / num_data), scores)
-    rho = tree_map(lambda t, m, s: (t - m).mul_(s).mean(0).add_(1).mul_(-1.0 / num_data),
-                   thetas, lam.mu, scores)
-    return DiagGaussianParams(mu=mu, rho=rho)
+    ``−mean_k ŝ_k / N`` and ``−(1 + mean_k (θ_k − μ) ŝ_k) / N``, ADVI's gradients (the same
+    function, :func:`~.common.elbo_gradients`, from the offsets ``noise`` = θ_k − μ)."""
+    return elbo_gradients(scores, noise, -1.0 / num_data)
 
 
 def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,

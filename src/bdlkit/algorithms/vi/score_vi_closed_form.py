@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from bdlkit.algorithms.vi.prior_split import PriorTerms, likelihood_scores
+from bdlkit.algorithms.vi.prior_split import PriorTerms, likelihood_scores, unchecked
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.tree import (
     TensorTree,
@@ -146,70 +146,101 @@ def curvature(anchor: DiagGaussianParams, thetas: TensorTree, scores: TensorTree
               estimator: str) -> tuple[TensorTree, TensorTree]:
     """``(−Ĉ/v, m1)`` per coordinate from draws of the anchor and their (likelihood)
     scores (module docstring)."""
-    def per_leaf(mu_t: Tensor, rho_t: Tensor, theta: Tensor, s: Tensor):
-        if loss == "mc":
-            m1 = theta.mean(0)
-            v = ((theta - m1) ** 2).mean(0)
-            c = ((theta - m1) * (s - s.mean(0))).mean(0)
-            return -c / v, m1
-        return -anchor_covariance(theta, mu_t, s, estimator) * (-2 * rho_t).exp(), mu_t
-
-    return _unzip(tree_map(per_leaf, anchor.mu, anchor.rho, thetas, scores), 2)
+    noise = tree_map(torch.sub, thetas, anchor.mu)
+    c_hat, shift = _curvature(noise, tree_map(_precision, anchor.rho), scores, loss, estimator)
+    return c_hat, anchor.mu if shift is None else tree_map(torch.add, anchor.mu, shift)
 
 
-def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
+def _precision(rho: Tensor) -> Tensor:
+    """a = 1/σ² = exp(−2ρ)."""
+    return torch.mul(rho, -2.0).exp_()
+
+
+def _curvature(noise: TensorTree, a_t: TensorTree, scores: TensorTree, loss: str,
+               estimator: str, plus: float = 0.0) -> tuple[TensorTree, TensorTree | None]:
+    """``−Ĉ/v + plus`` from the draws' offsets ``noise`` = θ_k − μ_t and the anchor's
+    precisions ``a_t`` (both left untouched), and m1 − μ_t (None for loss="rb", where
+    m1 = μ_t). For loss="rb" three passes: the product, the sum over draws, the rest."""
+    if loss == "rb":
+        centred, start = estimator == "centred", unchecked(plus)
+
+        def rb(e: Tensor, a: Tensor, s: Tensor) -> Tensor:
+            total = torch.mul(e, s - s.mean(0) if centred else s).sum(0)
+            count = e.shape[0] - 1 if centred else e.shape[0]
+            return torch.addcmul(start, total, a, value=-1.0 / count)
+
+        return tree_map(rb, noise, a_t, scores), None
+
+    def mc(e: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
+        shift = e.mean(0)  # m1 − μ_t
+        dev = e - shift
+        v = dev.square().mean(0)
+        return dev.mul_(s - s.mean(0)).mean(0).div_(v).neg_().add_(plus), shift
+
+    return _unzip(tree_map(mc, noise, scores), 2)
+
+
+def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, noise: TensorTree,
          scores: TensorTree, prior: PriorTerms, state: ClosedFormState, cfg: Settings, *,
          a_min: float, t: int) -> tuple[DiagGaussianParams, ClosedFormState, dict]:
     """One argmin update of λ from the averaged curvature and momentum, checked by the
-    guard on a Target."""
-    noise = tree_map(lambda th, m: th - m, thetas, anchor.mu)
+    guard on a Target. ``noise`` holds the draws' offsets θ_k − μ_t from the anchor.
+
+    Each line of the module docstring is one element-wise pass or two over fresh tensors
+    (the settings' trivial terms skipped: ā = c with ``hess_init``, no clip at an infinite
+    ``max_step``, no term in m1 − μ_t for loss="rb")."""
     lik = likelihood_scores(scores, noise, prior)
-    c_hat, m1 = curvature(anchor, thetas, lik, cfg.loss, cfg.estimator)
-    a_hat = tree_map(lambda c: c + prior.precision, c_hat)
+    a_t = tree_map(_precision, anchor.rho)
+    a_hat, shift = _curvature(noise, a_t, lik, cfg.loss, cfg.estimator, prior.precision)
     counts: dict[str, list[Tensor]] = {"curvature_nonfinite": [], "precision_clipped": [],
                                        "step_clipped": []}  # summed once: one host sync
     b, b1, alpha, omega = cfg.decay, cfg.momentum, cfg.alpha, cfg.omega
     debias = 1.0 - b1 ** (t + 1)
 
-    def average(c: Tensor, w: Tensor, ah: Tensor):
-        ok = torch.isfinite(ah)
-        counts["curvature_nonfinite"].append((~ok).sum())
-        ah = torch.where(ok, ah, c / w.clamp_min(1e-300))  # a dropped estimate: no change
-        if cfg.start:
-            new = c * b + (1 - b) * ah
+    def average(c: Tensor, w: Tensor, ah: Tensor):  # ah = â = −Ĉ/v + P
+        ok = torch.sub(ah, ah).eq(0)  # finite (inf − inf and NaN are NaN): two passes
+        counts["curvature_nonfinite"].append(ok.numel() - ok.sum())
+        if cfg.start:  # w = 1: the average is ā itself
+            ah = torch.where(ok, ah, c)  # a dropped estimate: no change
+            new = torch.lerp(c, ah, 1 - b)
             if cfg.riemannian:
-                new = new + (0.5 * (1 - b) ** 2) * (c - ah).square() / c
+                new.addcdiv_(ah.sub_(c).square_(), c, value=0.5 * (1 - b) ** 2)
             return new, w
+        ah = torch.where(ok, ah, c / w.clamp_min(1e-300))
         return torch.where(ok, b * c + (1 - b) * ah, b * c), torch.where(ok, b * w + (1 - b),
                                                                          b * w)
 
     curv, weight = _unzip(tree_map(average, state.curvature, state.weight, a_hat), 2)
     steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
 
-    def update(mu, rho, mu_t, rho_t, c, w, g_lik, s_p, m, g_mom):
-        a_t = (-2 * rho_t).exp()
-        a_bar = torch.where(w > 0, c / w.clamp_min(1e-300), a_t)  # no finite â yet: keep a_t
-        a_next = (alpha * a_t + a_bar) / (1 + alpha)
+    def update(mu, rho, a_t, c, w, g_lik, s_p, g_mom, shift=None):
+        a_bar = c if cfg.start else torch.where(w > 0, c / w.clamp_min(1e-300), a_t)
+        a_next = torch.lerp(a_bar, a_t, alpha / (1 + alpha))  # (α a_t + ā)/(1 + α)
         if cfg.damping != 1.0:
-            a_next = (1 - cfg.damping) * (-2 * rho).exp() + cfg.damping * a_next
-        low = a_next < a_min
-        counts["precision_clipped"].append(low.sum())
-        a_next = a_next.clamp_min(a_min)
-        g_mom = g_mom * b1 + (1 - b1) * g_lik.mean(0)
-        g = g_mom / debias + s_p + a_bar * (m - mu_t)
-        move = omega * g / ((1 + alpha) * a_next)
-        bound = cfg.max_step * a_next.rsqrt()
-        far = move.abs() > bound
-        counts["step_clipped"].append(far.sum())
-        mu_next = mu + torch.where(far, bound.copysign(move), move)
+            a_next = torch.lerp(_precision(rho), a_next, cfg.damping)
+        counts["precision_clipped"].append((a_next < a_min).sum())
+        a_next.clamp_min_(a_min)
+        g_mom = torch.lerp(g_mom, g_lik.mean(0), 1 - b1)
+        g = torch.add(s_p, g_mom, alpha=1 / debias)
+        if shift is not None:
+            g.addcmul_(a_bar, shift)  # ā (m1 − μ_t)
+        if cfg.max_step == math.inf:  # no trust region: μ + ω g / ((1 + α) a')
+            mu_next = torch.addcdiv(mu, g, a_next, value=omega / (1 + alpha))
+            counts["step_clipped"].append(torch.zeros((), dtype=torch.int64))
+        else:
+            move = g.mul_(omega / (1 + alpha)).div_(a_next)
+            bound = a_next.rsqrt().mul_(cfg.max_step)
+            far = move.abs() > bound
+            counts["step_clipped"].append(far.sum())
+            mu_next = mu + torch.where(far, bound.copysign(move), move)
         if cfg.guard:  # the largest standardised move of μ, which the guard watches
             steps.append(((mu_next - mu).abs() * a_next.sqrt()).max())
         return a_next, mu_next, g_mom
 
-    a_next, mu_next, momentum = _unzip(tree_map(
-        update, lam.mu, lam.rho, anchor.mu, anchor.rho, curv, weight, lik, prior.score, m1,
-        state.momentum), 3)
-    new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: -0.5 * a.log(), a_next))
+    fields = (lam.mu, lam.rho, a_t, curv, weight, lik, prior.score, state.momentum)
+    a_next, mu_next, momentum = _unzip(tree_map(update, *fields) if shift is None
+                                       else tree_map(update, *fields, shift), 3)
+    new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: a.log().mul_(-0.5), a_next))
     state = dataclasses.replace(state, curvature=curv, weight=weight, momentum=momentum)
     if not cfg.guard:
         summary = torch.stack([torch.stack(v).sum().double() for v in counts.values()]).tolist()
