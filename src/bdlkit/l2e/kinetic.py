@@ -41,15 +41,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from bdlkit.core.chunks import CHUNK, spans
 from bdlkit.core.value_range import nonnegative_problem, positive_problem
 from bdlkit.models.cnn import haiku_truncated_normal_
 
@@ -173,7 +175,8 @@ def _decays(dtype: torch.dtype, device: torch.device) -> Tensor:
 
 
 def update_moments(moments: Leaves, grad: Leaves) -> Leaves:
-    """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is ``(6, *shape)``."""
+    """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is ``(6, *shape)`` (one
+    flat ``(6, d)`` leaf on flat storage)."""
     out = []
     for m, g in zip(moments, grad):
         b = _decays(g.dtype, g.device).view(-1, *([1] * g.dim()))
@@ -181,17 +184,108 @@ def update_moments(moments: Leaves, grad: Leaves) -> Leaves:
     return out
 
 
-def leaf_features(g: Tensor, theta: Tensor, r: Tensor, m: Tensor) -> Tensor:
-    """The (numel, 9) normalised feature matrix of one parameter tensor."""
-    x = torch.cat([g.reshape(1, -1), theta.reshape(1, -1), r.reshape(1, -1),
-                   m.reshape(len(DECAYS), -1)])
-    x = x * torch.rsqrt(x.square().mean(dim=1, keepdim=True) + NORM_EPS)
-    return x.T
+class FlatInputs(NamedTuple):
+    """The per-coordinate inputs of the kinetic MLP on one flat vector of d coordinates,
+    the concatenation of parameter tensors of ``sizes`` (each normalised on its own)."""
+
+    grad: Tensor  # g, (d,)
+    params: Tensor  # θ, (d,)
+    momentum: Tensor  # r, (d,)
+    moments: Tensor  # the rolling means, (6, d)
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, grad: Leaves, params: Leaves, momentum: Leaves, moments: Leaves
+           ) -> FlatInputs:
+        """The leaves concatenated (a copy unless there is one leaf)."""
+        return cls(_flat(grad), _flat(params), _flat(momentum), _flat(moments, lead=1),
+                   tuple(p.numel() for p in params))
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        """The (stop − start, 9) raw features of coordinates ``start:stop``."""
+        return torch.stack([self.grad[start:stop], self.params[start:stop],
+                            self.momentum[start:stop], *self.moments[:, start:stop].unbind(0)],
+                           dim=1)
+
+
+def _flat(leaves: Leaves, lead: int = 0) -> Tensor:
+    flat = [t.reshape(*t.shape[:lead], -1) for t in leaves]
+    return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
+
+
+def _sum_squares(x: Tensor) -> Tensor:
+    """Σ x² over the last dimension without an x²-sized temporary (``dot`` for a vector:
+    exact derivatives at 0, which ``jvp`` in r needs)."""
+    return torch.dot(x, x) if x.dim() == 1 else torch.linalg.vector_norm(x, dim=-1).square()
+
+
+def _inverse_rms(x: Tensor, sizes: tuple[int, ...]) -> Tensor:
+    """``1/sqrt(mean(x²) + 1e-5)`` over each segment of ``sizes`` of x's last dimension:
+    (..., L) for x (..., d)."""
+    sums = torch.stack([_sum_squares(part) for part in x.split(sizes, dim=-1)], dim=-1)
+    counts = torch.tensor(sizes, dtype=x.dtype, device=x.device)
+    return torch.rsqrt(sums / counts + NORM_EPS)
+
+
+def feature_scales(x: FlatInputs) -> Tensor:
+    """(L, 9): the normalisation of each feature over each parameter tensor (module
+    docstring, item 2), computed once per step and pass over whole tensors."""
+    return torch.cat([torch.stack([_inverse_rms(v, x.sizes) for v in x[:3]]),
+                      _inverse_rms(x.moments, x.sizes)]).T
+
+
+def momentum_scales(x: FlatInputs, scales: Tensor) -> Tensor:
+    """``scales`` with the r column recomputed for ``x.momentum`` (the second MLP pass of a
+    step: g, θ and the means are unchanged)."""
+    r = _inverse_rms(x.momentum, x.sizes).unsqueeze(1)
+    return torch.cat([scales[:, :2], r, scales[:, 3:]], dim=1)
+
+
+def chunked_mlp(meta: MetaParams, x: FlatInputs, scales: Tensor, chunk: int = CHUNK
+                ) -> Tensor:
+    """:func:`mlp` on the normalised features of every coordinate, ``chunk`` rows at a time
+    (:data:`~bdlkit.core.chunks.CHUNK` by default): (d, 2), the transient memory
+    chunk × (9 + 2·hidden) floats. ``meta`` must be in the features' dtype and device."""
+    out = []
+    for start, stop, pieces in _chunk_pieces(x.sizes, chunk):
+        rows = x.rows(start, stop)
+        for leaf, a, b in pieces:  # each leaf's rows: its scales
+            rows[a:b].mul_(scales[leaf])
+        out.append(mlp(meta, rows))
+    return out[0] if len(out) == 1 else torch.cat(out)
+
+
+@functools.lru_cache(maxsize=16)
+def _chunk_pieces(sizes: tuple[int, ...], chunk: int
+                  ) -> tuple[tuple[int, int, tuple[tuple[int, int, int], ...]], ...]:
+    """``(start, stop, ((leaf, a, b), ...))`` per chunk: rows ``a:b`` of the chunk
+    ``start:stop`` belong to leaf ``leaf`` (one pass over the leaves and the chunks)."""
+    ends = list(itertools.accumulate(sizes))
+    out, leaf = [], 0
+    for start, stop in spans(ends[-1] if ends else 0, chunk):
+        pieces, at = [], start
+        while at < stop:
+            while ends[leaf] <= at:  # past the leaves that end here (and empty ones)
+                leaf += 1
+            end = min(ends[leaf], stop)
+            pieces.append((leaf, at - start, end - start))
+            at = end
+        out.append((start, stop, tuple(pieces)))
+    return tuple(out)
 
 
 def features(grad: Leaves, params: Leaves, momentum: Leaves, moments: Leaves) -> Tensor:
-    """All leaves' feature rows, concatenated: (d, 9), each leaf normalised on its own."""
-    return torch.cat([leaf_features(*t) for t in zip(grad, params, momentum, moments)])
+    """All leaves' feature rows, concatenated: (d, 9), each leaf normalised on its own (the
+    whole matrix at once, for inspection; the samplers evaluate the MLP by chunks)."""
+    x = FlatInputs.of(grad, params, momentum, moments)
+    scales = feature_scales(x)
+    return x.rows(0, x.grad.shape[-1]) * scales.repeat_interleave(
+        torch.tensor(x.sizes, device=scales.device), dim=0)
+
+
+def leaf_features(g: Tensor, theta: Tensor, r: Tensor, m: Tensor) -> Tensor:
+    """The (numel, 9) normalised feature matrix of one parameter tensor."""
+    return features([g], [theta], [r], [m])
 
 
 def _split(flat: Tensor, like: Sequence[Tensor]) -> Leaves:
@@ -200,14 +294,35 @@ def _split(flat: Tensor, like: Sequence[Tensor]) -> Leaves:
 
 # --------------------------------------------------------------------------- kinetic energy
 class Kinetic(Protocol):
-    """(α, β): the learned gradients of the kinetic energy w.r.t. θ and r, per leaf."""
+    """(α, β): the learned gradients of the kinetic energy w.r.t. θ and r, on one flat
+    vector (``flat``) or per leaf (``__call__``)."""
+
+    #: whether ``flat`` reads the normalised features (else its ``scales`` are None)
+    uses_features: ClassVar[bool]
+
+    def flat(self, x: FlatInputs, scales: Tensor | None) -> tuple[Tensor, Tensor]: ...
 
     def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
                  moments: Leaves) -> tuple[Leaves, Leaves]: ...
 
 
+class _OnLeaves:
+    """``__call__`` on lists of leaves: :meth:`flat` on their concatenation, split back."""
+
+    uses_features: ClassVar[bool] = True
+
+    def flat(self, x: FlatInputs, scales: Tensor | None) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
+                 moments: Leaves) -> tuple[Leaves, Leaves]:
+        x = FlatInputs.of(grad, params, momentum, moments)
+        alpha, beta = self.flat(x, feature_scales(x) if self.uses_features else None)
+        return _split(alpha, params), _split(beta, params)
+
+
 @dataclass(frozen=True)
-class LearnedKinetic:
+class LearnedKinetic(_OnLeaves):
     """L2E's kinetic energy: the MLP on normalised features, scaled by the multipliers."""
 
     meta: MetaParams
@@ -223,12 +338,9 @@ class LearnedKinetic:
             self._moved[key] = {k: v.to(like) for k, v in self.meta.items()}
         return self._moved[key]
 
-    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
-                 moments: Leaves) -> tuple[Leaves, Leaves]:
-        x = features(grad, params, momentum, moments)
-        out = mlp(self.on(x), x)
-        return (_split(self.exp_mult * out[:, 0], params),
-                _split(self.precond_mult * out[:, 1], params))
+    def flat(self, x: FlatInputs, scales: Tensor | None) -> tuple[Tensor, Tensor]:
+        out = chunked_mlp(self.on(x.grad), x, scales)
+        return self.exp_mult * out[:, 0], self.precond_mult * out[:, 1]
 
 
 #: The only features the mass s of the "momentum" form sees, rolling means slower than the
@@ -248,18 +360,21 @@ class MomentumKinetic(LearnedKinetic):
     """The constrained form: α = 0, β = s ⊙ r with s = precond_mult·softplus(out₁)/ln 2 from
     the slow features only (so s does not depend on r and β = ∇_r ½·Σ s r²)."""
 
-    def scale(self, grad: Leaves, params: Leaves, moments: Leaves) -> Leaves:
+    def flat_scale(self, x: FlatInputs, scales: Tensor) -> Tensor:
         """s > 0 per coordinate (1 for out₁ = 0, precond_mult = 1), from the slow features
-        only (:data:`SLOW_FEATURES`; the others are zeroed)."""
-        # any tensor can fill the r column: the mask zeroes it with every fast feature
-        x = features(grad, params, params, moments) * _slow_mask(grad[0].dtype, grad[0].device)
-        out = mlp(self.on(x), x)
-        return _split(self.precond_mult / math.log(2.0) * F.softplus(out[:, 1]), params)
+        only (:data:`SLOW_FEATURES`; the others, r's among them, get a scale of 0)."""
+        masked = scales * _slow_mask(scales.dtype, scales.device)
+        out = chunked_mlp(self.on(x.grad), x, masked)
+        return self.precond_mult / math.log(2.0) * F.softplus(out[:, 1])
 
-    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
-                 moments: Leaves) -> tuple[Leaves, Leaves]:
-        s = self.scale(grad, params, moments)
-        return [torch.zeros_like(p) for p in params], [k * r for k, r in zip(s, momentum)]
+    def scale(self, grad: Leaves, params: Leaves, moments: Leaves) -> Leaves:
+        """:meth:`flat_scale` per leaf."""
+        # any tensor can fill the r column: the mask zeroes it with every fast feature
+        x = FlatInputs.of(grad, params, params, moments)
+        return _split(self.flat_scale(x, feature_scales(x)), params)
+
+    def flat(self, x: FlatInputs, scales: Tensor | None) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(x.params), self.flat_scale(x, scales) * x.momentum
 
 
 def learned_kinetic(meta: MetaParams, constants: Constants) -> LearnedKinetic:
@@ -268,38 +383,57 @@ def learned_kinetic(meta: MetaParams, constants: Constants) -> LearnedKinetic:
     return cls(meta, constants.exp_mult, constants.precond_mult)
 
 
-class IdentityKinetic:
+class IdentityKinetic(_OnLeaves):
     """α = 0, β(θ, r) = r: the standard kinetic energy ½·rᵀr, which makes the update SGHMC."""
 
-    def __call__(self, grad: Leaves, params: Leaves, momentum: Leaves,
-                 moments: Leaves) -> tuple[Leaves, Leaves]:
-        return [torch.zeros_like(p) for p in params], list(momentum)
+    uses_features: ClassVar[bool] = False
+
+    def flat(self, x: FlatInputs, scales: Tensor | None) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(x.params), x.momentum
 
 
 # --------------------------------------------------------------------------- one step
+def flat_update(kinetic: Kinetic, constants: Constants, params: Tensor, momentum: Tensor,
+                moments: Tensor, grad: Tensor, noise: Tensor, sizes: tuple[int, ...],
+                temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
+    """One L2E step (module docstring, items 1-5) on flat vectors: θ, r, g and ξ ~ N(0, I)
+    of shape (d,), the rolling means (6, d), the parameter tensors' ``sizes`` (each
+    normalised on its own). ``constants.grad_scale`` must be a number
+    (:meth:`Constants.for_data`). The MLP runs by chunks (:func:`chunked_mlp`).
+    Returns (θ_{t+1}, r_{t+1}, moments_{t+1})."""
+    c = constants
+    moments = update_moments([moments], [grad])[0]
+    sd = math.sqrt(c.noise_variance(temperature))
+    x = FlatInputs(grad, params, momentum, moments, sizes)
+    scales = feature_scales(x) if kinetic.uses_features else None
+    if isinstance(kinetic, MomentumKinetic):  # s does not depend on r: one MLP pass
+        s = kinetic.flat_scale(x, scales)
+        momentum = momentum - c.eps * (c.grad_scale * grad + c.friction * s * momentum) \
+            + sd * noise
+        beta_new = s * momentum
+    else:
+        alpha, beta = kinetic.flat(x, scales)
+        momentum = momentum - c.eps * (c.grad_scale * grad + alpha + c.friction * beta) \
+            + sd * noise
+        x = x._replace(momentum=momentum)
+        _, beta_new = kinetic.flat(x, None if scales is None else momentum_scales(x, scales))
+    return params + c.eps * beta_new, momentum, moments
+
+
 def l2e_update(kinetic: Kinetic, constants: Constants, params: Leaves, momentum: Leaves,
                moments: Leaves, grad: Leaves, noise: Leaves, temperature: float = 1.0
                ) -> tuple[Leaves, Leaves, Leaves]:
-    """One L2E step (module docstring, items 1-5). ``noise`` holds ξ ~ N(0, I) per leaf;
-    ``constants.grad_scale`` must be a number (:meth:`Constants.for_data`).
-    Returns (θ_{t+1}, r_{t+1}, moments_{t+1})."""
-    c = constants
-    moments = update_moments(moments, grad)
-    sd = math.sqrt(c.noise_variance(temperature))
-    if isinstance(kinetic, MomentumKinetic):  # s does not depend on r: one MLP pass
-        s = kinetic.scale(grad, params, moments)
-        momentum = [r - c.eps * (c.grad_scale * g + c.friction * k * r) + sd * z
-                    for r, g, k, z in zip(momentum, grad, s, noise)]
-        beta_new = [k * r for k, r in zip(s, momentum)]
-    else:
-        alpha, beta = kinetic(grad, params, momentum, moments)
-        momentum = [r - c.eps * (c.grad_scale * g + a + c.friction * b) + sd * z
-                    for r, g, a, b, z in zip(momentum, grad, alpha, beta, noise)]
-        _, beta_new = kinetic(grad, params, momentum, moments)
-    params = [p + c.eps * b for p, b in zip(params, beta_new)]
-    return params, momentum, moments
+    """:func:`flat_update` on lists of leaves (each moment leaf ``(6, *shape)``): on their
+    concatenation, split back. Returns (θ_{t+1}, r_{t+1}, moments_{t+1}) as leaves."""
+    x = FlatInputs.of(grad, params, momentum, moments)
+    theta, r, m = flat_update(kinetic, constants, x.params, x.momentum, x.moments, x.grad,
+                              _flat(noise), x.sizes, temperature)
+    return (_split(theta, params), _split(r, params),
+            [c.reshape(t.shape) for c, t in zip(m.split(x.sizes, dim=-1), moments)])
 
 
-__all__ = ["DECAYS", "FEATURES", "KINETIC_FORMS", "NUM_DATA", "Constants", "IdentityKinetic",
-           "Kinetic", "LearnedKinetic", "MetaParams", "MomentumKinetic", "check_meta_params",
-           "features", "init_meta_params", "l2e_update", "learned_kinetic", "leaf_features", "mlp", "num_meta_params", "update_moments"]
+__all__ = ["DECAYS", "FEATURES", "KINETIC_FORMS", "NUM_DATA", "Constants", "FlatInputs",
+           "IdentityKinetic", "Kinetic", "LearnedKinetic", "MetaParams", "MomentumKinetic",
+           "check_meta_params", "chunked_mlp", "feature_scales", "features", "flat_update",
+           "init_meta_params", "l2e_update", "learned_kinetic", "leaf_features", "mlp",
+           "momentum_scales", "num_meta_params", "update_moments"]

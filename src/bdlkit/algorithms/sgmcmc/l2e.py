@@ -17,8 +17,12 @@ learned for those values. ``meta_params`` is ``"pretrained"`` (bdlkit's shipped 
 :func:`bdlkit.l2e.load_pretrained`), a path to a ``bdlkit meta-train l2e`` file, or a
 :class:`~bdlkit.l2e.Pretrained`; ``kinetic="identity"`` swaps the MLP for ½·rᵀr (SGHMC).
 
-Cost per step: one gradient plus two MLP passes over a (d, 9) feature matrix (one matrix
-product per layer for all parameters, no loop over elements); state: θ, r and 6 moments.
+Cost per step: one gradient plus two MLP passes over the (d, 9) features, evaluated
+:data:`~bdlkit.core.chunks.CHUNK` coordinates at a time (one matrix product per layer and
+chunk, no loop over elements): the transient memory is chunk × (9 + 2·32) floats, not d × 32.
+On a network the state is flat storage (:mod:`bdlkit.algorithms.storage`) and the gradient
+the module oracle on the flat vector (:class:`~bdlkit.problems.oracles.FlatModuleOracle`),
+whose peak memory is SGD's. State: θ, r and 6 moments.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from torch.func import vmap
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.sgmcmc.common import LearnedVersion, chain_start, loss_gradient
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
+from bdlkit.core.flat import FlatProblem
 from bdlkit.core.meta_files import meta_digest as digest_of
 from bdlkit.core.meta_files import resolve as resolve_meta
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
@@ -52,6 +58,7 @@ from bdlkit.l2e.kinetic import (
     Constants,
     IdentityKinetic,
     Kinetic,
+    flat_update,
     l2e_update,
     learned_kinetic,
 )
@@ -73,10 +80,12 @@ class L2EState:
 
 
 @dataclass(frozen=True)
-class L2E(LearnedVersion, Sampler):
+class L2E(LearnedVersion, FlatStorage, Sampler):
     """L2E (module docstring). The constants left at None are the ones stored with the
     meta-parameters (``Constants`` defaults for ``kinetic="identity"``); the fields then
-    hold the constants used.
+    hold the constants used. On a network the state is stored flat
+    (:class:`~bdlkit.algorithms.storage.FlatStorage`: one vector per field, the rolling
+    means one (6, d) buffer) and the MLP runs by chunks of the flat vector.
 
     Args:
         meta_params: "pretrained" (bdlkit's shipped set), a path to a ``bdlkit meta-train
@@ -141,23 +150,33 @@ class L2E(LearnedVersion, Sampler):
         return L2EState(params=params, momentum=zeros_like(params), moments=moments,
                         rng_state=rng.state_of(noise_gen), step=0)
 
-    def step(self, state: L2EState, batch: Batch) -> tuple[L2EState, Info]:
+    def update(self, state: L2EState, batch: Batch) -> tuple[L2EState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
         grad = loss_gradient(self.problem, score)
         gen = rng.from_state(state.rng_state, device=device_of(state.params))
         noise = randn_like(state.params, gen)
-        _, theta, spec = tree_flatten_with_path(state.params)
-        leaves = [tree_leaves(t) for t in (state.momentum, state.moments, grad, noise)]
-        update = partial(l2e_update, self.kinetic_fn, self.constants,
-                         temperature=float(self.problem.temperature))
-        if _chain_stack(self.problem, state.params):  # a Target's (chains, d): per chain
-            update = vmap(update, in_dims=(0, 0, 1, 0, 0), out_dims=(0, 0, 1))
+        temperature = float(self.problem.temperature)
         with torch.no_grad():
-            theta, r, m = update(theta, *leaves)
-        new = L2EState(params=tree_unflatten(spec, theta), momentum=tree_unflatten(spec, r),
-                       moments=tree_unflatten(spec, m), rng_state=rng.state_of(gen),
+            if isinstance(self.problem, FlatProblem):  # flat storage: one vector per field
+                theta, r, m = flat_update(self.kinetic_fn, self.constants, state.params,
+                                          state.momentum, state.moments, grad, noise,
+                                          self.problem.layout.sizes, temperature)
+            else:
+                theta, r, m = self._on_leaves(state, grad, noise, temperature)
+        new = L2EState(params=theta, momentum=r, moments=m, rng_state=rng.state_of(gen),
                        step=state.step + 1)
         return new, {"log_prob": value, "eps": self.constants.eps}
+
+    def _on_leaves(self, state: L2EState, grad: TensorTree, noise: TensorTree,
+                   temperature: float) -> tuple[TensorTree, TensorTree, TensorTree]:
+        """The update on the state's trees (tree storage, a Target): on its leaves
+        concatenated, per chain for a Target's chain stack."""
+        _, leaves, spec = tree_flatten_with_path(state.params)
+        others = [tree_leaves(t) for t in (state.momentum, state.moments, grad, noise)]
+        update = partial(l2e_update, self.kinetic_fn, self.constants, temperature=temperature)
+        if _chain_stack(self.problem, state.params):  # a Target's (chains, d): per chain
+            update = vmap(update, in_dims=(0, 0, 1, 0, 0), out_dims=(0, 0, 1))
+        return tuple(tree_unflatten(spec, t) for t in update(leaves, *others))  # type: ignore[return-value]
 
     def params(self, state: L2EState) -> TensorTree:
         return state.params
