@@ -58,6 +58,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from bdlkit.core.chunks import CHUNK, spans
 from bdlkit.core.value_range import nonnegative_problem, positive_problem
 from bdlkit.models.cnn import haiku_truncated_normal_
 
@@ -266,8 +267,60 @@ def position_update(theta: Tensor, p_new: Tensor, terms: PositionTerms, eps: flo
     return theta + eps * terms.q * p_new + (eps * temperature) * terms.gamma_theta
 
 
+class Step(NamedTuple):
+    """One step of one parameter tensor (:func:`step`)."""
+
+    theta: Tensor  # θ_{t+1}
+    p: Tensor  # p_{t+1}
+    q: Tensor  # Q_f(u_t, p_t)
+    q_next: Tensor  # Q_f(u_t, p_{t+1})
+    finite: Tensor  # whether D_f, Γ_p and Γ_θ were finite everywhere (a bool scalar)
+
+
+def step(meta: MetaParams, c: Constants, s: Scales, u: Tensor, theta: Tensor, p: Tensor,
+         g: Tensor, noise: Tensor, num_data: int, temperature: float,
+         memory: Memory | None, chunk: int = CHUNK) -> Step:
+    """One step of θ and p (module docstring), :data:`~bdlkit.core.chunks.CHUNK`
+    coordinates at a time: the networks' transient memory (inputs, hidden activations,
+    autograd's graph, the element-wise terms) is chunk × hidden, whatever θ's size.
+
+    Args:
+        meta, c, s: the meta-parameters, constants and step scales.
+        u: the mean energy, a scalar, or (chains, 1) for a (chains, d) stack of chains.
+        theta, p, g, noise: θ_t, p_t, the mean gradient g and ξ ~ N(0, I), one shape.
+        num_data: N (∇Ũ = N·g).
+        temperature: T.
+        memory: the previous step's values for finite differences (sliced per chunk),
+            or None for Γ by autograd (and the first step of finite differences).
+        chunk: coordinates per evaluation of the networks.
+    """
+    stack = u.dim() > 0  # a chain stack: chunks along the last dimension, u per chain
+    lay = (lambda t: t) if stack else (lambda t: t.reshape(-1))
+    flat = [lay(t) for t in (theta, p, g, noise)]
+    prev = None if memory is None else [lay(t) for t in memory[1:]]
+    parts = []
+    for a, b in spans(flat[0].shape[-1], chunk):
+        th, pp, gg, z = (t[..., a:b] for t in flat)
+        fd = None if prev is None else Memory(memory.u, *(t[..., a:b] for t in prev))
+        if fd is None:
+            mom = momentum_terms(meta, c, s, u, pp, gg)
+        else:
+            mom = momentum_terms_fd(meta, c, s, u, pp, gg, fd)
+        p_new = momentum_update(pp, num_data * gg, mom, s.eps, temperature, z)
+        if fd is None:
+            pos = position_terms(meta, c, u, p_new)
+        else:
+            pos = position_terms_fd(meta, c, u, pp, p_new, mom.q)
+        finite = (torch.isfinite(mom.d).all() & torch.isfinite(mom.gamma_p).all()
+                  & torch.isfinite(pos.gamma_theta).all())
+        parts.append((position_update(th, p_new, pos, s.eps, temperature), p_new, mom.q,
+                      pos.q, finite))
+    cols = [torch.cat(col, dim=-1).reshape(theta.shape) for col in list(zip(*parts))[:4]]
+    return Step(*cols, torch.stack([part[-1] for part in parts]).all())
+
+
 __all__ = ["META_KEYS", "META_SHAPES", "Constants", "Memory", "MetaParams", "MomentumTerms",
-           "PositionTerms", "Scales", "check_meta_params", "d_part", "diffusion",
+           "PositionTerms", "Scales", "Step", "check_meta_params", "d_part", "diffusion",
            "init_meta_params",
            "momentum_terms", "momentum_terms_fd", "momentum_update", "position_terms",
-           "position_terms_fd", "position_update", "q_value"]
+           "position_terms_fd", "position_update", "q_value", "step"]

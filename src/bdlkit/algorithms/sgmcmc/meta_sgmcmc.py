@@ -27,8 +27,13 @@ a :class:`~bdlkit.core.errors.NonFiniteError` naming the step.
 
 Cost per step: one gradient, two passes of f_Q and two of f_D over (d, 2–3) inputs (finite
 differences), or three forward and three backward passes (autograd); on a Target's chain
-stack one more ``log_prob`` for each chain's u. State: θ, p and the previous step's u, p
-and two Q_f values (finite differences).
+stack one more ``log_prob`` for each chain's u. The networks run
+:data:`~bdlkit.core.chunks.CHUNK` coordinates at a time, so their transient memory (hidden
+activations, the element-wise terms, autograd's graph) is chunk × hidden, not d × hidden;
+on a network the state is flat storage (:mod:`bdlkit.algorithms.storage`) and the gradient
+the module oracle on the flat vector (:class:`~bdlkit.problems.oracles.FlatModuleOracle`),
+whose peak memory is SGD's. State: θ, p and the previous step's u, p and two Q_f values
+(finite differences).
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ from bdlkit.algorithms.sgmcmc.common import (
     chain_start,
     loss_gradient,
 )
+from bdlkit.algorithms.storage import FlatStorage
 from bdlkit.core import rng
 from bdlkit.core.errors import NonFiniteError
+from bdlkit.core.flat import FlatProblem
 from bdlkit.core.meta_files import meta_digest as digest_of
 from bdlkit.core.meta_files import resolve as resolve_meta
 from bdlkit.core.protocol import Batch, Info, Problem, Sampler
@@ -82,9 +89,11 @@ class MetaSGMCMCState:
 
 
 @dataclass(frozen=True)
-class MetaSGMCMC(LearnedVersion, Sampler):
+class MetaSGMCMC(LearnedVersion, FlatStorage, Sampler):
     """Meta-SGMCMC (module docstring). The constants left at None are the ones stored with
-    the meta-parameters; the fields then hold the constants used.
+    the meta-parameters; the fields then hold the constants used. On a network the state
+    is stored flat (:class:`~bdlkit.algorithms.storage.FlatStorage`) and the networks run
+    by chunks of the flat vector.
 
     Args:
         meta_params: "pretrained" (bdlkit's shipped set), a path to a ``bdlkit meta-train
@@ -151,7 +160,7 @@ class MetaSGMCMC(LearnedVersion, Sampler):
         return replace(state, prev_energy=torch.zeros_like(u), prev_momentum=zeros_like(params),
                        prev_q=zeros_like(params), prev_q_next=zeros_like(params))
 
-    def step(self, state: MetaSGMCMCState, batch: Batch) -> tuple[MetaSGMCMCState, Info]:
+    def update(self, state: MetaSGMCMCState, batch: Batch) -> tuple[MetaSGMCMCState, Info]:
         value, score = self.problem.value_and_score(state.params, batch)
         grad = loss_gradient(self.problem, score)
         u = self._mean_energy(state.params, value)
@@ -163,12 +172,13 @@ class MetaSGMCMC(LearnedVersion, Sampler):
         if fd:
             trees += [state.prev_momentum, state.prev_q, state.prev_q_next]
         leaves = [tree_leaves(t) for t in trees]
-        out: list[tuple[torch.Tensor, ...]] = []
+        c, n, t = self.constants, self.problem.effective_num_data, float(self.problem.temperature)
+        out: list[dyn.Step] = []
         with torch.no_grad():
             for theta, p, g, z, *prev in zip(thetas, *leaves):
                 memory = dyn.Memory(state.prev_energy, *prev) if fd and state.step else None
-                out.append(self._leaf(u, theta, p, g, z, memory))
-        if not bool(torch.stack([o[-1] for o in out]).all()):
+                out.append(dyn.step(self.meta, c, self.scales, u, theta, p, g, z, n, t, memory))
+        if not bool(torch.stack([o.finite for o in out]).all()):
             raise NonFiniteError(
                 f"meta_sgmcmc: D_f or the correction Γ became non-finite at step {state.step} "
                 "(a finite-difference quotient or the meta-parameters); try gamma='autograd', "
@@ -181,25 +191,6 @@ class MetaSGMCMC(LearnedVersion, Sampler):
             new = replace(new, prev_energy=u, prev_momentum=state.momentum, prev_q=q[0],
                           prev_q_next=q_next[0])
         return new, {"log_prob": value, "eps": self.eps}
-
-    def _leaf(self, u: torch.Tensor, theta: torch.Tensor, p: torch.Tensor, g: torch.Tensor,
-              z: torch.Tensor, memory: dyn.Memory | None) -> tuple[torch.Tensor, ...]:
-        """(θ', p', Q_f(u, p), Q_f(u, p'), all finite) of one parameter tensor."""
-        c, t = self.constants, float(self.problem.temperature)
-        if memory is None:  # autograd, or the first step of finite differences
-            mom = dyn.momentum_terms(self.meta, c, self.scales, u, p, g)
-        else:
-            mom = dyn.momentum_terms_fd(self.meta, c, self.scales, u, p, g, memory)
-        p_new = dyn.momentum_update(p, self.problem.effective_num_data * g, mom, self.eps, t,
-                                    z)
-        if memory is None:
-            pos = dyn.position_terms(self.meta, c, u, p_new)
-        else:
-            pos = dyn.position_terms_fd(self.meta, c, u, p, p_new, mom.q)
-        theta_new = dyn.position_update(theta, p_new, pos, self.eps, t)
-        finite = (torch.isfinite(mom.d).all() & torch.isfinite(mom.gamma_p).all()
-                  & torch.isfinite(pos.gamma_theta).all())
-        return theta_new, p_new, mom.q, pos.q, finite
 
     def _mean_energy(self, params: TensorTree, value: torch.Tensor) -> torch.Tensor:
         """u = U/N, untempered, with the prior's normalising constant left out: u = mean NLL
@@ -218,7 +209,10 @@ class MetaSGMCMC(LearnedVersion, Sampler):
     def _prior_constant(self, params: TensorTree) -> float:
         """log p(m), the prior's log density at its mean (0 without a prior): computed
         once per run and kept, as the parameters' shapes do not change."""
-        prior = getattr(self.problem, "prior", None)
+        problem = self.problem
+        if isinstance(problem, FlatProblem):  # flat storage: the named views of θ
+            params, problem = problem.layout.views(params), problem.problem
+        prior = getattr(problem, "prior", None)
         means = getattr(prior, "means", None)
         if not isinstance(params, dict) or means is None:
             return 0.0
@@ -227,7 +221,7 @@ class MetaSGMCMC(LearnedVersion, Sampler):
             with torch.no_grad():
                 at_mean = {k: means[k] if k in means else torch.zeros_like(v)
                            for k, v in params.items()}
-                cached = float(self.problem.log_prior(at_mean))
+                cached = float(problem.log_prior(at_mean))
             object.__setattr__(self, "_log_prior_at_mean", cached)
         return cached
 
