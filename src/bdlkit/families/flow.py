@@ -9,16 +9,25 @@ other d − m are the identity: q is a flow on θ[:m] times a diagonal Gaussian 
 (a flow on a network's last layer, a diagonal Gaussian on the rest; the network's
 parameters are put in that order by :class:`bdlkit.families.layout.Layout`).
 
-f is zuko's neural spline flow (``zuko.flows.NSF``, Durkan et al. 2019: a MAF of
-monotone rational-quadratic splines, built here with a float32-safe inverse,
-:func:`stable_spline`) with coupling masks (``passes=2``), so sampling and density are
-both one pass. Every hypernetwork's
-output layer starts at zero, which makes f the identity: q₀ is exactly N(loc,
-diag exp(2 log_scale)), the diagonal Gaussian start of the other VI methods
+f is zuko's neural spline flow (Durkan et al. 2019: monotone rational-quadratic splines)
+with coupling masks, so sampling and density are both one pass. Up to ``block`` (64)
+flowed values it is one ``zuko.flows.NSF`` (a MAF with ``passes=2``) on all of them;
+beyond, the values are cut into blocks of at most 64 and f is block-diagonal: the same
+spline couplings for every block, conditioned on a learned embedding of the block, so
+that its cost, parameters and memory grow linearly with m
+(:mod:`bdlkit.families.flow_modules`; a single NSF's masks grow with m²). Every
+hypernetwork's output layer starts at zero, which makes f the identity: q₀ is exactly
+N(loc, diag exp(2 log_scale)), the diagonal Gaussian start of the other VI methods
 (``init(point, init_std)``), and the flow grows from there.
 
+For a flow block times a Gaussian block, :meth:`FlowFamily.head` draws the flowed
+coordinates and their log q in one pass (block flows) and :meth:`FlowFamily.head_score`
+differentiates the flowed factor only, so a step's autograd work is the flowed block's
+(``bdlkit.algorithms.vi.flow_vi`` takes the Gaussian block's gradients in closed form).
+
 The parameters λ are a flat ``dict[str, Tensor]`` (``"loc"``, ``"log_scale"`` and
-``"flow.<name>"``), a pytree like every other VI state, so optimisers over pytrees,
+``"flow.<name>"``, a block flow's embeddings ``"flow.embedding"``), a pytree like every
+other VI state, so optimisers over pytrees,
 checkpoints and resume work unchanged. Base noise comes from the caller's generator
 (zuko's own ``sample`` would use torch's global one), so draws are a pure function of
 the generator state. zuko is an optional dependency (``bdlkit[flows]``); this module
@@ -29,19 +38,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cache, cached_property, partial
+from functools import cached_property
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bdlkit.core.extras import require
+from bdlkit.families import flow_modules
+from bdlkit.families.flow_modules import (
+    BLOCK,
+    stable_spline,  # noqa: F401 (its name before)
+    zuko_module,
+)
 from bdlkit.families.layout import Layout
 
 FlowParams = dict[str, Tensor]
 PREFIX = "flow."
 MOMENT_DRAWS = 4096  # draws behind FlowApproximation.mean/std (fixed seed)
-MOMENT_CHUNK = 256  # drawn at a time
+MOMENT_CHUNK = 256  # drawn at a time, at most
+MOMENT_VALUES = 2**20  # values drawn at a time, at most (a chunk of 256 up to 4096 flowed)
 
 
 class _FlowOps(nn.Module):
@@ -52,38 +68,18 @@ class _FlowOps(nn.Module):
         super().__init__()
         self.flow = flow
 
-    def forward(self, op: str, tensor: Tensor) -> Tensor:
+    def forward(self, op: str, tensor: Tensor) -> Any:
         dist = self.flow()
-        return dist.log_prob(tensor) if op == "log_prob" else dist.transform.inv(tensor)
-
-
-@cache
-def stable_spline() -> type:
-    """zuko's monotone rational-quadratic spline with its inverse made safe in float32.
-
-    The inverse solves a z² + b z + c = 0 for z = 2c / (−b − √(b² − 4ac)). The
-    discriminant is ≥ 0 in exact arithmetic, but in float32 it comes out slightly
-    negative for about 1 in 2 000 draws of a trained last-layer flow, giving NaN draws
-    (which would stop a run). Clamping it at 0 is the exact root's value there."""
-    base = zuko_module().transforms.MonotonicRQSTransform
-
-    class StableRQSTransform(base):  # type: ignore[misc, valid-type]
-        def _inverse(self, y: Tensor) -> Tensor:
-            k = self.searchsorted(self.vertical, y) - 1
-            mask, x0, x1, y0, y1, d0, d1, s = self.bin(k)
-            y_ = mask * (y - y0)
-            a = (y1 - y0) * (s - d0) + y_ * (d0 + d1 - 2 * s)
-            b = (y1 - y0) * d0 - y_ * (d0 + d1 - 2 * s)
-            c = -s * y_
-            z = 2 * c / (-b - (b**2 - 4 * a * c).clamp_min(0).sqrt())
-            return torch.where(mask, x0 + z * (x1 - x0), y)
-
-    return StableRQSTransform
-
-
-def zuko_module() -> Any:
-    """zuko, or an ImportError naming the extra that installs it."""
-    return require("zuko", "flows", "the flow family")
+        if op == "log_prob":
+            return dist.log_prob(tensor)
+        if op == "inverse":
+            return dist.transform.inv(tensor)
+        # "inverse_ladj", block flows: f⁻¹(z) and log |det ∂f⁻¹/∂z| in one pass per coupling
+        x, ladj = tensor, 0
+        for coupling in reversed(dist.transform.transforms):
+            x, step = flow_modules.coupling_inverse_and_ladj(coupling, x)
+            ladj = ladj + step
+        return x, ladj
 
 
 @dataclass(frozen=True)
@@ -99,6 +95,8 @@ class FlowFamily:
         device: where the parameters, draws and the flow's buffers live.
         flowed: the leading coordinates the spline flow acts on (default: all); the rest
             are a diagonal Gaussian.
+        block: the most flowed values one flow acts on (>= 2): more are cut into blocks,
+            each its own flow (block-diagonal; :mod:`bdlkit.families.flow_modules`).
     """
 
     features: int
@@ -108,10 +106,12 @@ class FlowFamily:
     dtype: torch.dtype = torch.float32
     device: str | torch.device = "cpu"
     flowed: int | None = None
+    block: int = BLOCK
     _ops: _FlowOps = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name, low in (("features", 1), ("transforms", 1), ("bins", 2), ("hidden", 1)):
+        for name, low in (("features", 1), ("transforms", 1), ("bins", 2), ("hidden", 1),
+                          ("block", 2)):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < low:
                 raise ValueError(f"flow {name} must be an integer >= {low}, got {value!r}")
@@ -120,22 +120,25 @@ class FlowFamily:
         if not 1 <= self.flowed <= self.features:
             raise ValueError(f"the flow acts on 1 to {self.features} coordinates, got "
                              f"flowed={self.flowed}")
-        passes = 2 if self.flowed > 1 else None  # one coordinate: nothing to couple
-        # zuko initialises the module from the CPU RNG; its values are never used (init()
+        # zuko initialises the modules from the CPU RNG; their values are never used (init()
         # draws λ), so the RNG is forked and left as it was
-        with torch.random.fork_rng(devices=[]):  # zuko's NSF, with the stable spline
-            flow = zuko_module().flows.MAF(
-                features=int(self.flowed), transforms=self.transforms,
-                univariate=partial(stable_spline(), slope=1e-3),
-                shapes=[(self.bins,), (self.bins,), (self.bins - 1,)],
-                hidden_features=(self.hidden,) * 2, passes=passes)
+        with torch.random.fork_rng(devices=[]):
+            flow = flow_modules.build(int(self.flowed), self.block, self.transforms,
+                                      self.bins, self.hidden)
         ops = _FlowOps(flow).to(dtype=self.dtype, device=self.device).requires_grad_(False)
         object.__setattr__(self, "_ops", ops)
+
+    @property
+    def blocks(self) -> int:
+        """How many blocks the flowed values are cut into; 1 is one flow on all of them."""
+        return flow_modules.layout(self.flowed, self.block)[0] if self.flowed > self.block \
+            else 1
 
     # ------------------------------------------------------------------ λ
     def init(self, point: Tensor, init_std: float, generator: torch.Generator) -> FlowParams:
         """λ with f the identity: q₀ = N(point, init_std² I); hidden weights drawn from
-        ``generator`` (PyTorch's default uniform fan-in scheme)."""
+        ``generator`` (PyTorch's default uniform fan-in scheme), blocks' embeddings too
+        (standard normal)."""
         if not init_std > 0:
             raise ValueError(f"init_std must be > 0, got {init_std}")
         if not isinstance(point, Tensor):
@@ -150,6 +153,10 @@ class FlowFamily:
         for name, p in self._ops.flow.named_parameters():
             if ".hyper." in f".{name}" and _is_output_layer(self._ops.flow, name):
                 value = torch.zeros_like(p)  # f = identity at the start
+            elif name == "embedding":
+                draw = torch.randn(p.shape, generator=generator, dtype=p.dtype,
+                                   device=generator.device)
+                value = draw.to(p.device)
             elif p.ndim == 2:
                 bound = 1.0 / math.sqrt(p.shape[1])
                 draw = torch.rand(p.shape, generator=generator, dtype=p.dtype,
@@ -170,21 +177,75 @@ class FlowFamily:
         loc = params["loc"]
         z = torch.randn((n, self.features), generator=generator, dtype=loc.dtype,
                         device=loc.device)
+        return self.sample_from(params, z)
+
+    def sample_from(self, params: FlowParams, z: Tensor) -> Tensor:
+        """The draws of base noise ``z`` ``(n, d)``: loc + e^ℓ ⊙ (f⁻¹(z[:, :m]), z[:, m:])."""
         m = self.flowed
-        x = self._call(params, "inverse", z[:, :m])
+        x = self._flowed(self._call(params, "inverse", self._blocked(z[:, :m])))
         if m < self.features:
             x = torch.cat([x, z[:, m:]], dim=-1)
-        return loc + params["log_scale"].exp() * x
+        return params["loc"] + params["log_scale"].exp() * x
 
     def log_prob(self, params: FlowParams, theta: Tensor) -> Tensor:
         """log q_λ(θ) for θ of shape ``(..., d)``."""
         x = (theta - params["loc"]) / params["log_scale"].exp()
         shape, m = x.shape[:-1], self.flowed
-        value = self._call(params, "log_prob", x[..., :m].reshape(-1, m)).reshape(shape)
+        value = self._call(params, "log_prob", self._blocked(x[..., :m].reshape(-1, m)))
+        if self.blocks > 1:  # the padding, held at 0, adds log N(0; 0, 1) each
+            value = value.sum(-1) + self._padding * 0.5 * math.log(2 * math.pi)
+        value = value.reshape(shape)
         if m < self.features:  # the diagonal Gaussian coordinates: N(0, 1) after the affine
             rest = x[..., m:]
             value = value - 0.5 * (rest**2).sum(-1) - 0.5 * rest.shape[-1] * math.log(2 * math.pi)
         return value - params["log_scale"].sum()
+
+    def head(self, params: FlowParams, z: Tensor, log_prob: bool
+             ) -> tuple[Tensor, Tensor | None]:
+        """The flowed coordinates θ[:m] = loc + e^ℓ ⊙ f⁻¹(z[:, :m]) of base draws ``z``
+        ``(n, d)`` and, with ``log_prob``, the flowed factor's log q at them, from the
+        same pass for block flows (log N(z) minus the log-determinant of ∂θ/∂z)."""
+        m = self.flowed
+        loc, scale = params["loc"][:m], params["log_scale"][:m]
+        if not log_prob or self.blocks == 1:
+            x = self._flowed(self._call(params, "inverse", self._blocked(z[:, :m])))
+            theta = loc + scale.exp() * x
+            return theta, self.head_log_prob(params, theta) if log_prob else None
+        x, ladj = self._call(params, "inverse_ladj", self._blocked(z[:, :m]))
+        theta = loc + scale.exp() * self._flowed(x)
+        normal = -0.5 * (z[:, :m] ** 2).sum(-1) - 0.5 * m * math.log(2 * math.pi)
+        return theta, normal - ladj.sum(-1) - scale.sum()
+
+    def head_log_prob(self, params: FlowParams, theta: Tensor) -> Tensor:
+        """log q of the flowed factor at its coordinates ``theta`` ``(n, m)``."""
+        m = self.flowed
+        scale = params["log_scale"][:m]
+        x = self._blocked((theta - params["loc"][:m]) / scale.exp())
+        value = self._call(params, "log_prob", x)
+        if self.blocks > 1:
+            value = value.sum(-1) + self._padding * 0.5 * math.log(2 * math.pi)
+        return value - scale.sum()
+
+    def head_score(self, params: FlowParams, theta: Tensor, create_graph: bool = False
+                   ) -> Tensor:
+        """∇ log q of the flowed factor at ``theta`` ``(n, m)`` (the first m coordinates of
+        :meth:`score`, without the Gaussian ones)."""
+        return score_of(self.head_log_prob, params, theta, create_graph)
+
+    @property
+    def _padding(self) -> int:
+        return self.blocks * self._ops.flow.size - self.flowed
+
+    def _blocked(self, x: Tensor) -> Tensor:
+        """Flowed values ``(n, m)`` as the flow's input: ``(n, blocks, size)`` with the
+        last block padded by zeros, or as they are for one block."""
+        if self.blocks == 1:
+            return x
+        return F.pad(x, (0, self._padding)).unflatten(-1, (self.blocks, -1))
+
+    def _flowed(self, x: Tensor) -> Tensor:
+        """The inverse of :meth:`_blocked`."""
+        return x if self.blocks == 1 else x.flatten(-2)[..., : self.flowed]
 
     def score(self, params: FlowParams, theta: Tensor, create_graph: bool = False) -> Tensor:
         """∇_θ log q_λ(θ), by autograd through the flow only (the problem is not called);
@@ -193,16 +254,18 @@ class FlowFamily:
 
     def moments(self, params: FlowParams) -> tuple[Tensor, Tensor]:
         """Mean and std of q: exact on the diagonal Gaussian coordinates (loc and e^ℓ), by
-        Monte Carlo (4096 draws of a fixed seed, in chunks) on the flowed ones."""
+        Monte Carlo (4096 draws of a fixed seed, in chunks of at most 256 draws and
+        ``MOMENT_VALUES`` values, so memory stays bounded) on the flowed ones."""
         m, loc, scale = self.flowed, params["loc"], params["log_scale"].exp()
+        chunk = min(MOMENT_CHUNK, 2 ** max(0, (MOMENT_VALUES // m).bit_length() - 1))
         gen = torch.Generator(device=loc.device).manual_seed(0)
         total = torch.zeros(m, dtype=torch.float64, device=loc.device)
         squares = torch.zeros_like(total)
         with torch.no_grad():
-            for _ in range(MOMENT_DRAWS // MOMENT_CHUNK):
-                z = torch.randn((MOMENT_CHUNK, m), generator=gen, dtype=loc.dtype,
+            for _ in range(MOMENT_DRAWS // chunk):
+                z = torch.randn((chunk, m), generator=gen, dtype=loc.dtype,
                                 device=loc.device)
-                x = self._call(params, "inverse", z).double()
+                x = self._flowed(self._call(params, "inverse", self._blocked(z))).double()
                 total += x.sum(0)
                 squares += (x**2).sum(0)
         mean = total / MOMENT_DRAWS
@@ -226,7 +289,8 @@ def _is_output_layer(flow: nn.Module, name: str) -> bool:
     prefix, _, _ = name.rpartition(".")  # e.g. transform.transforms.0.hyper.4
     hyper_name, _, index = prefix.rpartition(".")
     hyper = flow.get_submodule(hyper_name)
-    last = max(i for i, m in enumerate(hyper) if isinstance(m, nn.Linear))
+    linear = (nn.Linear, zuko_module().nn.Linear)  # zuko's masked layers are torch's
+    last = max(i for i, m in enumerate(hyper) if isinstance(m, linear))
     return int(index) == last
 
 

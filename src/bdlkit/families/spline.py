@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bdlkit.families.flow import MOMENT_DRAWS, FlowParams, score_of, stable_spline
+from bdlkit.families.flow import MOMENT_DRAWS, FlowParams, score_of
+from bdlkit.families.flow_modules import stable_spline
 
 BOUND = 5.0  # the splines act on [−B, B] (in units of the Gaussian's scale)
 PREFIX = "spline."
