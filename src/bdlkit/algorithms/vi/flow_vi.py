@@ -7,11 +7,15 @@ top of the diagonal Gaussian, on every random parameter: O(d), for whole network
 it is on the tensors ``flow_on`` selects (default the last layer), with a diagonal
 Gaussian on the other random parameters: they are laid out as one vector, the selected
 tensors first (:class:`bdlkit.families.layout.Layout`), and the family is the flow on
-that leading block times the Gaussian on the rest (``FlowFamily(flowed=m)``). score_vi's
-loss is then the flow block's (over m), and the Gaussian block takes score_vi's own
-Rao-Blackwellised diagonal gradients (:func:`score_step`). The network is only ever
-called on draws, one forward and backward per draw, as for the diagonal family; the
-flow's graph never reaches it.
+that leading block times the Gaussian on the rest (``FlowFamily(flowed=m)``; above 64
+values a block-diagonal flow whose cost and memory grow linearly with m, refused before
+anything is allocated when a step would not fit in the free memory:
+:mod:`bdlkit.families.flow_modules`). score_vi's loss is then the flow block's (over m),
+and the Gaussian block takes score_vi's own Rao-Blackwellised diagonal gradients
+(:func:`score_step`); advi's Gaussian block takes advi's closed-form gradients and its
+flowed block's log q comes from the sampling pass (:func:`elbo_step`), so autograd runs
+over the m flowed values only. The network is only ever called on draws, one forward
+and backward per draw, as for the diagonal family; the flow's graph never reaches it.
 
 Both take S draws θ_k and their minibatch scores ŝ_k = ∇log π̂(θ_k) per step and move the
 flow parameters λ (:mod:`bdlkit.families.flow`) with the method's optimiser:
@@ -55,6 +59,7 @@ Gaussian, so α only acts with K > 1.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,9 +71,10 @@ from torch import Tensor
 from bdlkit.algorithms.vi.common import minibatch_scores
 from bdlkit.core import rng
 from bdlkit.core.protocol import LOG_PROB, NONFINITE, Batch, Info, Problem
-from bdlkit.core.tree import all_finite, pytree_dataclass, tree_map
+from bdlkit.core.tree import all_finite, pytree_dataclass
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.families.flow import FlowApproximation, FlowFamily, FlowParams
+from bdlkit.families.flow_modules import BLOCK, check_memory
 from bdlkit.families.layout import Layout
 from bdlkit.families.spline import SplineFamily
 from bdlkit.problems import BayesianModel, Target
@@ -80,7 +86,6 @@ GaussianGradients = Callable[[DiagGaussianParams, DiagGaussianParams, Tensor, Te
 FAMILIES = ("diag", "flow", "spline")
 FLOW_OPTIONS = ("flow_transforms", "flow_bins", "flow_hidden", "flow_on")
 INERT = {"diag": FLOW_OPTIONS, "flow": (), "spline": ("flow_transforms", "flow_hidden", "flow_on")}
-MAX_FLOWED = 100_000  # coordinates a coupling flow may act on (its networks grow with it)
 SCORE_LR = 3e-3  # score_vi's default lr with a flow: 1e-2 is unstable (module docstring)
 
 
@@ -127,7 +132,8 @@ class FlowOptions:
                                  "is on all of θ: drop flow_on")
         if self.family == "flow":
             flow, layout = family_for(problem, self.flow_transforms, self.flow_bins,
-                                      self.flow_hidden, self.flow_on)
+                                      self.flow_hidden, self.flow_on,
+                                      int(self.num_samples))  # type: ignore[attr-defined]
         elif self.family == "spline":
             flow, layout = spline_for(problem, self.flow_bins)
         else:
@@ -144,11 +150,15 @@ class FlowOptions:
     def record(self) -> dict[str, Any]:
         """The checkpoint record without the options that cannot act: a diagonal-Gaussian
         run's has no flow options (it is the record of the methods before flows
-        existed), a Target's no ``flow_on`` (it selects network tensors)."""
+        existed), a Target's no ``flow_on`` (it selects network tensors). A flow cut into
+        blocks records the block size, so that a checkpoint of the one flow on all the
+        values that bdlkit wrote before blocks is refused, not continued."""
         record = super().record()  # type: ignore[misc]
         inert = INERT[self.family] + (("flow_on",) if self._layout is None else ())
         for name in set(inert) | ({"family"} if self.family == "diag" else set()):
             record.pop(name, None)
+        if isinstance(self._flow, FlowFamily) and self._flow.blocks > 1:
+            record["flow_block"] = self._flow.block  # a block-diagonal flow (not before)
         return record
 
     def flow_init(self, params: Any, generator: torch.Generator) -> FlowVIState:
@@ -188,9 +198,14 @@ class FlowVIState:
 
 
 def family_for(problem: Problem, transforms: int, bins: int, hidden: int,
-               flow_on: str | tuple[str, ...]) -> tuple[FlowFamily, Layout | None]:
-    """The flow family on ``problem``'s parameters and, for a network, their layout."""
+               flow_on: str | tuple[str, ...], draws: int = 1
+               ) -> tuple[FlowFamily, Layout | None]:
+    """The flow family on ``problem``'s parameters and, for a network, their layout; a
+    flow whose step with ``draws`` draws would not fit in the free memory is refused
+    before anything is allocated (:func:`~bdlkit.families.flow_modules.check_memory`)."""
     if isinstance(problem, Target):
+        check_memory(problem.dim, problem.dim, BLOCK, transforms, bins, hidden, draws,
+                     problem.dtype, "cpu")
         return FlowFamily(problem.dim, transforms=transforms, bins=bins, hidden=hidden,
                           dtype=problem.dtype), None
     if not isinstance(problem, BayesianModel):
@@ -209,11 +224,9 @@ def family_for(problem: Problem, transforms: int, bins: int, hidden: int,
     if flowed == 0:
         raise ValueError(f"flow_on={flow_on!r} selects tensors with no values: a flow needs "
                          "at least one coordinate")
-    if flowed > MAX_FLOWED:
-        raise ValueError(f"flow_on={flow_on!r} selects {flowed} values; a coupling flow on more "
-                         f"than {MAX_FLOWED} costs too much: flow a smaller part "
-                         "(flow_on='last_layer' or names)")
     first = point[chosen[0]]
+    check_memory(layout.features, flowed, BLOCK, transforms, bins, hidden, draws, first.dtype,
+                 first.device)
     return FlowFamily(layout.features, transforms=transforms, bins=bins, hidden=hidden,
                       dtype=first.dtype, device=first.device, flowed=flowed), layout
 
@@ -260,8 +273,7 @@ def _grads(loss: Tensor, lam: FlowParams) -> FlowParams:
 
 def _step(opt: Any, lr: float, state: FlowVIState, grads: FlowParams, anchor: FlowParams,
           gen: torch.Generator) -> FlowVIState:
-    updates, opt_state = opt.update(grads, state.opt_state, state.lam, lr)
-    new = tree_map(lambda p, u: (p + u).detach(), state.lam, updates)
+    new, opt_state = opt.apply(grads, state.opt_state, state.lam, lr)  # fused: few passes
     return FlowVIState(lam=new, anchor=anchor, opt_state=opt_state,
                        rng_state=rng.state_of(gen), step=state.step + 1)
 
@@ -302,10 +314,13 @@ def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: An
     value, scores = problem_scores(problem, layout, thetas, batch)
     split = gaussian is not None and has_gaussian_block(family)
     m = family.flowed if split else family.features
-    g_anchor = family.score(anchor, thetas)[:, :m]
+    # the flowed block's score only (a flow block times a Gaussian: log q is their sum)
+    score = family.head_score if split else family.score
     lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
     with torch.enable_grad():
-        g = family.score(lam, thetas, create_graph=True)[:, :m]
+        g = score(lam, thetas[:, :m], create_graph=True)
+        # at the anchor (every step at K = 1) g_t is g's value: one pass, not two
+        g_anchor = g.detach() if anchor is state.lam else score(anchor, thetas[:, :m])
         fit = ((g - scores[:, :m]) ** 2).sum(-1).mean()
         prox = ((g - g_anchor) ** 2).sum(-1).mean()
         loss = (alpha * prox + fit) / m
@@ -371,7 +386,13 @@ def elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: float,
               problem: Problem, state: FlowVIState, batch: Batch, *, num_samples: int,
               stl: bool) -> tuple[FlowVIState, Info]:
     """One reparameterised ELBO step; ``stl``: the sticking-the-landing entropy term
-    (log q at λ̄, no graph through the parameters), else the full estimator."""
+    (log q at λ̄, no graph through the parameters), else the full estimator. With a
+    diagonal Gaussian block (a network's flow), only the flowed block goes through
+    autograd and the Gaussian block takes advi's closed-form gradients
+    (``_gaussian_elbo_grads``)."""
+    if has_gaussian_block(family):
+        return _split_elbo_step(family, layout, opt, lr, problem, state, batch,
+                                num_samples=num_samples, stl=stl)
     gen = rng.from_state(state.rng_state, device=state.lam["loc"].device)
     lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
     frozen = {k: v.detach() for k, v in state.lam.items()}
@@ -384,3 +405,48 @@ def elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: float,
     checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
               (torch.isfinite(surrogate), "the flow's ELBO estimate (its log q)")]
     return new, _info(value, checks, elbo=float((value - log_q.detach().mean()).detach()))
+
+
+def _split_elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: float,
+                     problem: Problem, state: FlowVIState, batch: Batch, *,
+                     num_samples: int, stl: bool) -> tuple[FlowVIState, Info]:
+    """:func:`elbo_step` on a flow block times a diagonal Gaussian block: the same draws
+    (base noise z of all d coordinates from the generator, as ``family.sample``), the
+    same surrogate; autograd through the flowed block only (its log q from the sampling
+    pass with the full estimator), the Gaussian block's gradients in closed form."""
+    m, d = family.flowed, family.features
+    loc = state.lam["loc"]
+    gen = rng.from_state(state.rng_state, device=loc.device)
+    z = torch.randn((num_samples, d), generator=gen, dtype=loc.dtype, device=loc.device)
+    lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
+    sigma = state.lam["log_scale"][m:].exp()
+    eps = z[:, m:]
+    with torch.enable_grad():
+        head, log_q = family.head(lam, z, log_prob=not stl)
+        if stl:
+            log_q = family.head_log_prob({k: v.detach() for k, v in lam.items()}, head)
+        thetas = torch.cat([head.detach(), loc[m:] + sigma * eps], -1)
+        value, scores = problem_scores(problem, layout, thetas, batch)
+        surrogate = -((scores[:, :m] * head).sum(-1) - log_q).mean() / d
+    grads = _grads(surrogate, lam)
+    mu_grad, rho_grad = _gaussian_elbo_grads(scores[:, m:], eps, sigma, d, stl)
+    grads["loc"][m:], grads["log_scale"][m:] = mu_grad, rho_grad
+    new = _step(opt, lr, state, grads, state.anchor, gen)
+    checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
+              (torch.isfinite(surrogate), "the flow's ELBO estimate (its log q)")]
+    gaussian_log_q = -0.5 * (eps**2).sum(-1) - state.lam["log_scale"][m:].sum() \
+        - 0.5 * (d - m) * math.log(2 * math.pi)
+    log_q = log_q.detach() + gaussian_log_q
+    return new, _info(value, checks, elbo=float((value - log_q.mean()).detach()))
+
+
+def _gaussian_elbo_grads(scores: Tensor, eps: Tensor, sigma: Tensor, d: int,
+                         stl: bool) -> tuple[Tensor, Tensor]:
+    """The surrogate's gradients in (μ, log σ) of the Gaussian block, θ = μ + σε, exactly
+    what autograd would give: (−ŝ, −(ŝσε + 1)) with the full estimator, (−(ŝ + ε/σ),
+    −(ŝ + ε/σ)σε) with sticking the landing, each averaged over the draws and / d."""
+    if stl:
+        scores = scores + eps / sigma
+    mu = -scores.mean(0) / d
+    rho = -((scores * eps).mean(0) * sigma + (0.0 if stl else 1.0)) / d
+    return mu, rho
