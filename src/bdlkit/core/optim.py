@@ -109,10 +109,11 @@ class Adam:
         seven. Its rounding depends on where a value sits in its tensor (the kernel's
         vector body or its tail), so a stack of members would not reproduce each member
         bit for bit, as the element-wise operations of the default do. Where torch has no
-        such kernel (torch < 2.4 on the CPU, other devices) it is the default's."""
+        such kernel (torch < 2.4 on the CPU, other devices) and inside a compiled graph
+        (whose compiler fuses the element-wise operations itself) it is the default's."""
         count = state.count + 1
         n = float(count)
-        if fused:
+        if fused and not torch.compiler.is_compiling():
             leaves, spec = optree.tree_flatten(params, namespace=NAMESPACE)
             if all(t.device.type in _FUSED_DEVICES for t in leaves):
                 new, mu, nu = ([t.clone() for t in tree_leaves(tree)]

@@ -24,7 +24,7 @@ CASES = [
     ("advi", {}, 14),
     ("score_vi", {}, 14),
     ("score_vi", {"solver": "closed_form"}, 33),
-    ("ivon", {}, 22),
+    ("ivon", {}, 23),
 ]
 
 

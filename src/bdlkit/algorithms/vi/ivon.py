@@ -202,12 +202,14 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
                      else torch.mul(l_k, n_k).mean(0).mul_(per_datum)).mul_(prec)
             g_mom = torch.lerp(g_mom, g_hat, 1 - b1)
             h_new = positive_average(h, h_hat, b2, h_d)
-            num = torch.add(g_mom, s_p, alpha=per_datum * debias)  # debias·(g/debias + δ(m − m0))
+            num = torch.div(g_mom, debias).add_(s_p, alpha=per_datum)  # g/debias + δ(m − m0)
             den = torch.add(h_new, delta) if delta else h_new
-            if radius == math.inf and abs(lr / debias) <= torch.finfo(m.dtype).max:
-                return torch.addcdiv(m, num, den, value=-lr / debias), h_new, g_mom
-            step = num.div_(den).mul_(1 / debias).clamp_(-radius, radius)
-            return step.mul_(-lr).add_(m), h_new, g_mom  # a scalar beyond the dtype: inf
+            if radius == math.inf and isinstance(lr, float) \
+                    and abs(lr) <= torch.finfo(m.dtype).max:
+                return torch.addcdiv(m, num, den, value=-lr), h_new, g_mom
+            # a clip; or lr a tensor (a compiled chunk's schedule) or beyond the dtype (inf)
+            step = num.div_(den).clamp_(-radius, radius)
+            return step.mul_(-lr).add_(m), h_new, g_mom
 
         mean, hess, momentum = unzip(tree_map(per_leaf, state.mean, state.hess,
                                               state.momentum, shifted, precision, lik, noise,
