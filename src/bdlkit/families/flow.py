@@ -170,7 +170,7 @@ class FlowFamily:
     # ------------------------------------------------------------------ q
     def _call(self, params: FlowParams, op: str, tensor: Tensor) -> Tensor:
         flow = {k: v for k, v in params.items() if k.startswith(PREFIX)}
-        return torch.func.functional_call(self._ops, flow, (op, tensor))
+        return torch.func.functional_call(self._ops, flow, (op, tensor), tie_weights=False)
 
     def sample(self, params: FlowParams, n: int, generator: torch.Generator) -> Tensor:
         """``n`` draws, ``(n, d)``; differentiable in λ (reparameterised) unless λ is not."""

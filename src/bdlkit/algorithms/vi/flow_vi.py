@@ -273,7 +273,7 @@ def _grads(loss: Tensor, lam: FlowParams) -> FlowParams:
 
 def _step(opt: Any, lr: float, state: FlowVIState, grads: FlowParams, anchor: FlowParams,
           gen: torch.Generator) -> FlowVIState:
-    new, opt_state = opt.apply(grads, state.opt_state, state.lam, lr)  # fused: few passes
+    new, opt_state = opt.apply(grads, state.opt_state, state.lam, lr, fused=True)
     return FlowVIState(lam=new, anchor=anchor, opt_state=opt_state,
                        rng_state=rng.state_of(gen), step=state.step + 1)
 
@@ -316,7 +316,9 @@ def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: An
     m = family.flowed if split else family.features
     # the flowed block's score only (a flow block times a Gaussian: log q is their sum)
     score = family.head_score if split else family.score
-    lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
+    lam = {k: v[:m] if split and k in ("loc", "log_scale") else v  # the flowed block's
+           for k, v in state.lam.items()}
+    lam = {k: v.detach().requires_grad_(True) for k, v in lam.items()}
     with torch.enable_grad():
         g = score(lam, thetas[:, :m], create_graph=True)
         # at the anchor (every step at K = 1) g_t is g's value: one pass, not two
@@ -330,7 +332,7 @@ def score_step(family: FlowFamily | SplineFamily, layout: Layout | None, opt: An
         block_anchor = block if anchor is state.lam else _gaussian_block(anchor, m)
         extra = gaussian(block, block_anchor, thetas[:, m:], scores[:, m:], alpha)
         for key, part in (("loc", extra.mu), ("log_scale", extra.rho)):
-            grads[key] = torch.cat([grads[key][:m], part])
+            grads[key] = torch.cat([grads[key], part])
     new = _step(opt, lr, state, grads, anchor, gen)
     checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
               (torch.isfinite(loss), "the flow's score-matching loss (its scores ∇log q)")]
@@ -415,26 +417,29 @@ def _split_elbo_step(family: FlowFamily, layout: Layout | None, opt: Any, lr: fl
     same surrogate; autograd through the flowed block only (its log q from the sampling
     pass with the full estimator), the Gaussian block's gradients in closed form."""
     m, d = family.flowed, family.features
-    loc = state.lam["loc"]
+    loc, log_scale = state.lam["loc"], state.lam["log_scale"]
     gen = rng.from_state(state.rng_state, device=loc.device)
     z = torch.randn((num_samples, d), generator=gen, dtype=loc.dtype, device=loc.device)
-    lam = {k: v.detach().requires_grad_(True) for k, v in state.lam.items()}
-    sigma = state.lam["log_scale"][m:].exp()
+    # the flowed block's λ as leaves of m values (autograd never sees the Gaussian block)
+    lam = {k: v[:m] if k in ("loc", "log_scale") else v for k, v in state.lam.items()}
+    lam = {k: v.detach().requires_grad_(True) for k, v in lam.items()}
+    sigma = log_scale[m:].exp()
     eps = z[:, m:]
     with torch.enable_grad():
         head, log_q = family.head(lam, z, log_prob=not stl)
         if stl:
             log_q = family.head_log_prob({k: v.detach() for k, v in lam.items()}, head)
-        thetas = torch.cat([head.detach(), loc[m:] + sigma * eps], -1)
+        thetas = torch.cat([head.detach(), torch.addcmul(loc[m:], sigma, eps)], -1)
         value, scores = problem_scores(problem, layout, thetas, batch)
         surrogate = -((scores[:, :m] * head).sum(-1) - log_q).mean() / d
     grads = _grads(surrogate, lam)
     mu_grad, rho_grad = _gaussian_elbo_grads(scores[:, m:], eps, sigma, d, stl)
-    grads["loc"][m:], grads["log_scale"][m:] = mu_grad, rho_grad
+    grads["loc"] = torch.cat([grads["loc"], mu_grad])
+    grads["log_scale"] = torch.cat([grads["log_scale"], rho_grad])
     new = _step(opt, lr, state, grads, state.anchor, gen)
     checks = [(all_finite(scores), "the problem's scores at the flow's draws"),
               (torch.isfinite(surrogate), "the flow's ELBO estimate (its log q)")]
-    gaussian_log_q = -0.5 * (eps**2).sum(-1) - state.lam["log_scale"][m:].sum() \
+    gaussian_log_q = -0.5 * (eps**2).sum(-1) - log_scale[m:].sum() \
         - 0.5 * (d - m) * math.log(2 * math.pi)
     log_q = log_q.detach() + gaussian_log_q
     return new, _info(value, checks, elbo=float((value - log_q.mean()).detach()))
@@ -446,7 +451,7 @@ def _gaussian_elbo_grads(scores: Tensor, eps: Tensor, sigma: Tensor, d: int,
     what autograd would give: (−ŝ, −(ŝσε + 1)) with the full estimator, (−(ŝ + ε/σ),
     −(ŝ + ε/σ)σε) with sticking the landing, each averaged over the draws and / d."""
     if stl:
-        scores = scores + eps / sigma
-    mu = -scores.mean(0) / d
-    rho = -((scores * eps).mean(0) * sigma + (0.0 if stl else 1.0)) / d
-    return mu, rho
+        scores = torch.div(eps, sigma).add_(scores)
+    mu = scores.mean(0).mul_(-1 / d)
+    rho = (scores * eps).mean(0).mul_(sigma)
+    return mu, (rho if stl else rho.add_(1)).mul_(-1 / d)
