@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: The smallest positive double (a denormal) and one: their product is zero exactly while
 #: denormals are flushed (module variables, so that the compiler does not fold it).
@@ -39,7 +37,7 @@ def flushing() -> bool:
     return _SMALLEST * _ONE == 0.0
 
 
-def flushed(step: F) -> F:
+def flushed(step: Callable[..., Any]) -> Callable[..., Any]:
     """``step`` run with denormals flushed to zero, the thread's setting restored after
     (also when ``step`` raises). Inside a compiled graph (``compile=True``) it runs as it
     is: the setting is the thread's, not the graph's."""
@@ -52,7 +50,7 @@ def flushed(step: F) -> F:
         finally:
             torch.set_flush_denormal(False)
 
-    return run  # type: ignore[return-value]
+    return run
 
 
 __all__ = ["flushed", "flushing"]

@@ -33,7 +33,8 @@ from torch import Tensor
 
 from bdlkit.core import rng
 
-#: Values per chunk: the stream is defined by it (changing it changes every draw above it).
+#: The number of values in a chunk, which defines the stream (another would change every
+#: draw of more values).
 CHUNK = 1 << 16
 #: mt19937's state: 624 32-bit words, at these int64 slots of a CPU generator's state.
 _WORDS = 624

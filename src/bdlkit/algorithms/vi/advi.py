@@ -40,10 +40,11 @@ Scale: the optimiser minimises −ELBO/N (N = ``num_data``; 1 for a Target), as 
 −value/N (``docs/conventions.md``), so ``lr`` is per datum. The entropy gradient is scaled
 by 1/N like the rest. Cost (docs/vi.md, cost per iteration): S network forward + backward passes plus O(Sd), and
 memory for λ (2d) plus the optimiser's moments. On flat storage the O(Sd) is a fixed list
-of element-wise passes over one vector per field (:mod:`.common`), and the step runs with
-float denormals flushed (:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a
-network of more than 65 536 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`)
-and Adam is torch's fused kernel, so a checkpoint of version 1 is not resumed.
+of element-wise passes over one vector per field (:mod:`bdlkit.algorithms.vi.common`), and
+the step runs with float denormals flushed (:mod:`bdlkit.core.denormals`). ``VERSION`` 2:
+the noise of a network of more than 65 536 values is drawn in parallel chunks
+(:mod:`bdlkit.core.noise`) and Adam is torch's fused kernel, so a checkpoint of version 1
+is not resumed.
 
 ``init_std`` and ``lr`` (defaults 1e-2 and 1e-2): under Adam log σ moves by about ``lr`` per
 step, so σ needs about ln(σ*/σ₀)/lr steps to reach its optimum σ*. With the former 1e-3 and

@@ -36,8 +36,8 @@ Memory: λ, the anchor and the solver state (Adam moments, or the curvature and 
 averages).
 
 On flat storage both solvers are a fixed list of element-wise passes over one vector per
-field (the gradient solver's are ADVI's, :mod:`.common`; the closed form's in
-:func:`~.score_vi_closed_form.step`), run with float denormals flushed
+field (the gradient solver's are ADVI's, :mod:`bdlkit.algorithms.vi.common`; the closed
+form's in :func:`~.score_vi_closed_form.step`), run with float denormals flushed
 (:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a network of more than 65 536
 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`), Adam is torch's fused kernel
 and the closed form's passes round differently, so a checkpoint of version 1 is not
