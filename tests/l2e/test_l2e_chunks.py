@@ -4,7 +4,7 @@ on all coordinates at once, and a transient memory bounded by the chunk, not by 
 import pytest
 import torch
 
-from bdlkit.core.chunks import CHUNK
+from bdlkit.core.chunks import CHUNK_FLOATS
 from bdlkit.l2e import kinetic as K
 from memory_helpers import largest_allocation, peak_allocated
 
@@ -81,10 +81,11 @@ def test_chunked_mlp_transient_memory_scales_with_the_chunk_not_with_d():
 
 def test_an_update_allocates_no_hidden_layer_of_all_coordinates():
     """One L2E update (both kinetic forms) on d = 2·CHUNK coordinates: the largest tensor it
-    allocates is a hidden layer of one chunk (CHUNK × 32) or the new rolling means (6 × d),
+    allocates is a hidden layer of one chunk (CHUNK_FLOATS = CHUNK × 32) or the new rolling
+    means (6 × d),
     never a hidden layer of all coordinates, d × 32 (before the chunks, one per layer and
     MLP pass)."""
-    sizes = (CHUNK + 7, 5, CHUNK - 12)
+    sizes = (K.CHUNK + 7, 5, K.CHUNK - 12)
     d = sum(sizes)
     grad, params, mom, moments = _inputs(sizes, torch.float32)
     noise = _inputs(sizes, torch.float32, seed=1)[0]
@@ -93,5 +94,5 @@ def test_an_update_allocates_no_hidden_layer_of_all_coordinates():
         kin = K.learned_kinetic(_meta(torch.float32), c)
         biggest = largest_allocation(
             lambda c=c, kin=kin: K.l2e_update(kin, c, params, mom, moments, grad, noise))
-        assert biggest <= 4 * max(len(K.DECAYS) * d, K.HIDDEN * CHUNK) < 4 * K.HIDDEN * d, \
+        assert biggest <= 4 * max(len(K.DECAYS) * d, CHUNK_FLOATS) < 4 * K.HIDDEN * d, \
             (form, biggest)

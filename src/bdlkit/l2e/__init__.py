@@ -1,7 +1,8 @@
 """Learning to Explore (L2E, Kim et al., ICML 2024): the meta-learned kinetic energy,
 its meta-training and the meta-parameters that ship with bdlkit.
 
-* :mod:`.kinetic`: features, the MLP and one update (shared by the sampler and training);
+* :mod:`.kinetic`: the kinetic energies and one update (shared by the sampler and
+  training); :mod:`.features`: the features and the MLP over them, by chunks;
 * :mod:`.pretrained`: meta-parameter files and :func:`load_pretrained`;
 * :mod:`.tasks`, :mod:`.es`, :mod:`.meta_train`: the task distribution, the antithetic ES
   gradient and the outer loop of ``bdlkit meta-train l2e``.

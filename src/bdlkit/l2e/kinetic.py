@@ -1,4 +1,7 @@
-"""The L2E update: features, the kinetic-energy MLP and one step (Kim et al., ICML 2024).
+"""The L2E update: constants, the kinetic energies and one step (Kim et al., ICML 2024).
+
+The features and the MLP over them, by chunks of the flat vector, are
+:mod:`bdlkit.l2e.features` (re-exported here).
 
 Pure tensor functions on *lists of parameter leaves*, shared by the sampler
 (:mod:`bdlkit.algorithms.sgmcmc.l2e`) and the meta-training (:mod:`bdlkit.l2e.meta_train`, which
@@ -41,34 +44,42 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar, NamedTuple, Protocol
+from typing import ClassVar, Protocol
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from bdlkit.core.chunks import CHUNK, spans
 from bdlkit.core.value_range import nonnegative_problem, positive_problem
+from bdlkit.l2e.features import (
+    CHUNK,
+    DECAYS,
+    FEATURES,
+    HIDDEN,
+    NORM_EPS,
+    NUM_FEATURES,
+    FlatInputs,
+    Leaves,
+    MetaParams,
+    chunked_mlp,
+    concat_leaves,
+    feature_scales,
+    features,
+    leaf_features,
+    mlp,
+    momentum_scales,
+    split_like,
+    update_moments,
+)
 from bdlkit.models.cnn import haiku_truncated_normal_
 
-DECAYS: tuple[float, ...] = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
-FEATURES: tuple[str, ...] = ("g", "theta", "r") + tuple(f"m_{b}" for b in DECAYS)
-NUM_FEATURES = len(FEATURES)  # 9
-HIDDEN = 32
-NORM_EPS = 1e-5
 NOISE_MODES = ("code", "paper")
 KINETIC_FORMS = ("free", "momentum")
 #: ``grad_scale`` value that means "the problem's N" (resolved by :meth:`Constants.for_data`)
 NUM_DATA = "num_data"
 META_KEYS = ("w0", "b0", "w1", "b1", "w2", "b2")
-
-MetaParams = dict[str, Tensor]
-Leaves = list[Tensor]
-
 
 @dataclass(frozen=True)
 class Constants:
@@ -159,139 +170,6 @@ def num_meta_params(meta: MetaParams) -> int:
     return sum(v.numel() for v in meta.values())
 
 
-def mlp(meta: MetaParams, x: Tensor) -> Tensor:
-    """``Linear(9→32) – ReLU – Linear(32→32) – ReLU – Linear(32→2)`` on rows of ``x`` (the
-    meta-parameters follow x's dtype and device; a no-op when they match)."""
-    w = {k: v.to(x) for k, v in meta.items()}
-    h = torch.addmm(w["b0"], x, w["w0"]).relu_()  # fused bias, in place: half the time
-    h = torch.addmm(w["b1"], h, w["w1"]).relu_()
-    return torch.addmm(w["b2"], h, w["w2"])
-
-
-# --------------------------------------------------------------------------- features
-@functools.lru_cache(maxsize=16)
-def _decays(dtype: torch.dtype, device: torch.device) -> Tensor:
-    return torch.tensor(DECAYS, dtype=dtype, device=device)  # made once, not every step
-
-
-def update_moments(moments: Leaves, grad: Leaves) -> Leaves:
-    """``m_b ← b·m_b + (1−b)·g`` for every decay; each moment leaf is ``(6, *shape)`` (one
-    flat ``(6, d)`` leaf on flat storage)."""
-    out = []
-    for m, g in zip(moments, grad):
-        b = _decays(g.dtype, g.device).view(-1, *([1] * g.dim()))
-        out.append(b * m + (1 - b) * g.unsqueeze(0))
-    return out
-
-
-class FlatInputs(NamedTuple):
-    """The per-coordinate inputs of the kinetic MLP on one flat vector of d coordinates,
-    the concatenation of parameter tensors of ``sizes`` (each normalised on its own)."""
-
-    grad: Tensor  # g, (d,)
-    params: Tensor  # θ, (d,)
-    momentum: Tensor  # r, (d,)
-    moments: Tensor  # the rolling means, (6, d)
-    sizes: tuple[int, ...]
-
-    @classmethod
-    def of(cls, grad: Leaves, params: Leaves, momentum: Leaves, moments: Leaves
-           ) -> FlatInputs:
-        """The leaves concatenated (a copy unless there is one leaf)."""
-        return cls(_flat(grad), _flat(params), _flat(momentum), _flat(moments, lead=1),
-                   tuple(p.numel() for p in params))
-
-    def rows(self, start: int, stop: int) -> Tensor:
-        """The (stop − start, 9) raw features of coordinates ``start:stop``."""
-        return torch.stack([self.grad[start:stop], self.params[start:stop],
-                            self.momentum[start:stop], *self.moments[:, start:stop].unbind(0)],
-                           dim=1)
-
-
-def _flat(leaves: Leaves, lead: int = 0) -> Tensor:
-    flat = [t.reshape(*t.shape[:lead], -1) for t in leaves]
-    return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
-
-
-def _sum_squares(x: Tensor) -> Tensor:
-    """Σ x² over the last dimension without an x²-sized temporary (``dot`` for a vector:
-    exact derivatives at 0, which ``jvp`` in r needs)."""
-    return torch.dot(x, x) if x.dim() == 1 else torch.linalg.vector_norm(x, dim=-1).square()
-
-
-def _inverse_rms(x: Tensor, sizes: tuple[int, ...]) -> Tensor:
-    """``1/sqrt(mean(x²) + 1e-5)`` over each segment of ``sizes`` of x's last dimension:
-    (..., L) for x (..., d)."""
-    sums = torch.stack([_sum_squares(part) for part in x.split(sizes, dim=-1)], dim=-1)
-    counts = torch.tensor(sizes, dtype=x.dtype, device=x.device)
-    return torch.rsqrt(sums / counts + NORM_EPS)
-
-
-def feature_scales(x: FlatInputs) -> Tensor:
-    """(L, 9): the normalisation of each feature over each parameter tensor (module
-    docstring, item 2), computed once per step and pass over whole tensors."""
-    return torch.cat([torch.stack([_inverse_rms(v, x.sizes) for v in x[:3]]),
-                      _inverse_rms(x.moments, x.sizes)]).T
-
-
-def momentum_scales(x: FlatInputs, scales: Tensor) -> Tensor:
-    """``scales`` with the r column recomputed for ``x.momentum`` (the second MLP pass of a
-    step: g, θ and the means are unchanged)."""
-    r = _inverse_rms(x.momentum, x.sizes).unsqueeze(1)
-    return torch.cat([scales[:, :2], r, scales[:, 3:]], dim=1)
-
-
-def chunked_mlp(meta: MetaParams, x: FlatInputs, scales: Tensor, chunk: int = CHUNK
-                ) -> Tensor:
-    """:func:`mlp` on the normalised features of every coordinate, ``chunk`` rows at a time
-    (:data:`~bdlkit.core.chunks.CHUNK` by default): (d, 2), the transient memory
-    chunk × (9 + 2·hidden) floats. ``meta`` must be in the features' dtype and device."""
-    out = []
-    for start, stop, pieces in _chunk_pieces(x.sizes, chunk):
-        rows = x.rows(start, stop)
-        for leaf, a, b in pieces:  # each leaf's rows: its scales
-            rows[a:b].mul_(scales[leaf])
-        out.append(mlp(meta, rows))
-    return out[0] if len(out) == 1 else torch.cat(out)
-
-
-@functools.lru_cache(maxsize=16)
-def _chunk_pieces(sizes: tuple[int, ...], chunk: int
-                  ) -> tuple[tuple[int, int, tuple[tuple[int, int, int], ...]], ...]:
-    """``(start, stop, ((leaf, a, b), ...))`` per chunk: rows ``a:b`` of the chunk
-    ``start:stop`` belong to leaf ``leaf`` (one pass over the leaves and the chunks)."""
-    ends = list(itertools.accumulate(sizes))
-    out, leaf = [], 0
-    for start, stop in spans(ends[-1] if ends else 0, chunk):
-        pieces, at = [], start
-        while at < stop:
-            while ends[leaf] <= at:  # past the leaves that end here (and empty ones)
-                leaf += 1
-            end = min(ends[leaf], stop)
-            pieces.append((leaf, at - start, end - start))
-            at = end
-        out.append((start, stop, tuple(pieces)))
-    return tuple(out)
-
-
-def features(grad: Leaves, params: Leaves, momentum: Leaves, moments: Leaves) -> Tensor:
-    """All leaves' feature rows, concatenated: (d, 9), each leaf normalised on its own (the
-    whole matrix at once, for inspection; the samplers evaluate the MLP by chunks)."""
-    x = FlatInputs.of(grad, params, momentum, moments)
-    scales = feature_scales(x)
-    return x.rows(0, x.grad.shape[-1]) * scales.repeat_interleave(
-        torch.tensor(x.sizes, device=scales.device), dim=0)
-
-
-def leaf_features(g: Tensor, theta: Tensor, r: Tensor, m: Tensor) -> Tensor:
-    """The (numel, 9) normalised feature matrix of one parameter tensor."""
-    return features([g], [theta], [r], [m])
-
-
-def _split(flat: Tensor, like: Sequence[Tensor]) -> Leaves:
-    return [c.reshape(t.shape) for c, t in zip(flat.split([t.numel() for t in like]), like)]
-
-
 # --------------------------------------------------------------------------- kinetic energy
 class Kinetic(Protocol):
     """(α, β): the learned gradients of the kinetic energy w.r.t. θ and r, on one flat
@@ -318,7 +196,7 @@ class _OnLeaves:
                  moments: Leaves) -> tuple[Leaves, Leaves]:
         x = FlatInputs.of(grad, params, momentum, moments)
         alpha, beta = self.flat(x, feature_scales(x) if self.uses_features else None)
-        return _split(alpha, params), _split(beta, params)
+        return split_like(alpha, params), split_like(beta, params)
 
 
 @dataclass(frozen=True)
@@ -371,7 +249,7 @@ class MomentumKinetic(LearnedKinetic):
         """:meth:`flat_scale` per leaf."""
         # any tensor can fill the r column: the mask zeroes it with every fast feature
         x = FlatInputs.of(grad, params, params, moments)
-        return _split(self.flat_scale(x, feature_scales(x)), params)
+        return split_like(self.flat_scale(x, feature_scales(x)), params)
 
     def flat(self, x: FlatInputs, scales: Tensor | None) -> tuple[Tensor, Tensor]:
         return torch.zeros_like(x.params), self.flat_scale(x, scales) * x.momentum
@@ -427,13 +305,13 @@ def l2e_update(kinetic: Kinetic, constants: Constants, params: Leaves, momentum:
     concatenation, split back. Returns (θ_{t+1}, r_{t+1}, moments_{t+1}) as leaves."""
     x = FlatInputs.of(grad, params, momentum, moments)
     theta, r, m = flat_update(kinetic, constants, x.params, x.momentum, x.moments, x.grad,
-                              _flat(noise), x.sizes, temperature)
-    return (_split(theta, params), _split(r, params),
+                              concat_leaves(noise), x.sizes, temperature)
+    return (split_like(theta, params), split_like(r, params),
             [c.reshape(t.shape) for c, t in zip(m.split(x.sizes, dim=-1), moments)])
 
 
-__all__ = ["DECAYS", "FEATURES", "KINETIC_FORMS", "NUM_DATA", "Constants", "FlatInputs",
-           "IdentityKinetic", "Kinetic", "LearnedKinetic", "MetaParams", "MomentumKinetic",
-           "check_meta_params", "chunked_mlp", "feature_scales", "features", "flat_update",
-           "init_meta_params", "l2e_update", "learned_kinetic", "leaf_features", "mlp",
-           "momentum_scales", "num_meta_params", "update_moments"]
+__all__ = ["CHUNK", "DECAYS", "FEATURES", "KINETIC_FORMS", "NORM_EPS", "NUM_DATA", "Constants",
+           "FlatInputs", "IdentityKinetic", "Kinetic", "LearnedKinetic", "MetaParams",
+           "MomentumKinetic", "check_meta_params", "chunked_mlp", "feature_scales", "features",
+           "flat_update", "init_meta_params", "l2e_update", "learned_kinetic", "leaf_features",
+           "mlp", "momentum_scales", "num_meta_params", "update_moments"]

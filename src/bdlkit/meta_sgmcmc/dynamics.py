@@ -58,11 +58,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bdlkit.core.chunks import CHUNK, spans
+from bdlkit.core.chunks import chunk_size, spans
 from bdlkit.core.value_range import nonnegative_problem, positive_problem
 from bdlkit.models.cnn import haiku_truncated_normal_
 
 HIDDEN = 10
+#: coordinates per evaluation of the networks (:func:`bdlkit.core.chunks.chunk_size`): 52 428
+CHUNK = chunk_size(HIDDEN)
 #: Q_f's network (inputs u, p) then D_f's (inputs u, p, grad_mult·g); layout (in, out)
 META_SHAPES: dict[str, tuple[int, ...]] = {
     "q_w0": (2, HIDDEN), "q_b0": (HIDDEN,), "q_w1": (HIDDEN, 1), "q_b1": (1,),
@@ -280,9 +282,9 @@ class Step(NamedTuple):
 def step(meta: MetaParams, c: Constants, s: Scales, u: Tensor, theta: Tensor, p: Tensor,
          g: Tensor, noise: Tensor, num_data: int, temperature: float,
          memory: Memory | None, chunk: int = CHUNK) -> Step:
-    """One step of θ and p (module docstring), :data:`~bdlkit.core.chunks.CHUNK`
-    coordinates at a time: the networks' transient memory (inputs, hidden activations,
-    autograd's graph, the element-wise terms) is chunk × hidden, whatever θ's size.
+    """One step of θ and p (module docstring), :data:`CHUNK` coordinates at a time: the
+    networks' transient memory (inputs, hidden activations, autograd's graph, the
+    element-wise terms) is a chunk's, whatever θ's size.
 
     Args:
         meta, c, s: the meta-parameters, constants and step scales.

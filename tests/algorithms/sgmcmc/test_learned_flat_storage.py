@@ -9,7 +9,7 @@ from torch import nn
 
 import bdlkit
 from bdlkit.algorithms import get_method
-from bdlkit.core.chunks import CHUNK
+from bdlkit.core.chunks import CHUNK_FLOATS
 from bdlkit.core.flat import FlatLayout
 from bdlkit.core.tree import tree_leaves
 from bdlkit.l2e import kinetic
@@ -68,29 +68,30 @@ def test_flat_state_holds_views_of_one_buffer_per_field_and_steps_are_pure(metho
                for x, y in zip(tree_leaves(once), tree_leaves(twice), strict=True))
 
 
-def _wide_model():
-    """A float32 network of d = 2·CHUNK + 260 parameters (one weight across chunks) and a
-    batch of 4: its activations are small beside the per-coordinate networks'."""
+def _wide_model(chunk):
+    """A float32 network of d = 2·chunk + 260 or so parameters (one weight across chunks) and
+    a batch of 4: its activations are small beside the per-coordinate networks'."""
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(2 * CHUNK // 256, 256), nn.Tanh(), nn.Linear(256, 1))
-    x = torch.randn(4, 2 * CHUNK // 256)
+    width = -(-2 * chunk // 256)
+    net = nn.Sequential(nn.Linear(width, 256), nn.Tanh(), nn.Linear(256, 1))
+    x = torch.randn(4, width)
     y = torch.randint(0, 2, (4,)).float()
     return bdlkit.BayesianModel(net, "bernoulli", prior=1.0, num_data=100), (x, y)
 
 
-@pytest.mark.parametrize(("method", "hyper", "hidden"),
-                         [("l2e", {}, kinetic.HIDDEN), ("meta_sgmcmc", {}, dynamics.HIDDEN),
-                          ("meta_sgmcmc", {"gamma": "autograd"}, dynamics.HIDDEN)])
-def test_a_step_allocates_no_hidden_layer_of_all_coordinates(method, hyper, hidden):
-    """The largest tensor one step allocates is a chunk's hidden layer (CHUNK × hidden) or
-    a d-sized state field (L2E's rolling means: 6 × d), never a hidden layer of the
-    per-coordinate network over all d coordinates (before: d × hidden for L2E, the largest
-    weight's size × hidden for Meta-SGMCMC)."""
-    model, batch = _wide_model()
+@pytest.mark.parametrize(("method", "hyper", "nets"),
+                         [("l2e", {}, kinetic), ("meta_sgmcmc", {}, dynamics),
+                          ("meta_sgmcmc", {"gamma": "autograd"}, dynamics)])
+def test_a_step_allocates_no_hidden_layer_of_all_coordinates(method, hyper, nets):
+    """On d > 2 chunks, the largest tensor one step allocates is a chunk's hidden layer
+    (CHUNK_FLOATS floats) or a d-sized state field (L2E's rolling means: 6 × d), never a
+    hidden layer of the per-coordinate network over all d coordinates (before: d × 32 for
+    L2E, the largest weight's size × 10 for Meta-SGMCMC)."""
+    model, batch = _wide_model(nets.CHUNK)
     alg = get_method(method).build(model, **hyper)
     state, _ = alg.step(alg.init(generator=torch.Generator().manual_seed(0)), batch)
     d = sum(v.numel() for v in state.params.values())
     state, _ = alg.step(state, batch)  # finite differences: the memory is in use
     biggest = largest_allocation(lambda: alg.step(state, batch))
-    bound = 4 * max(len(kinetic.DECAYS) * d if method == "l2e" else d, hidden * CHUNK)
-    assert biggest <= bound < 4 * hidden * 2 * CHUNK, (biggest, bound)
+    bound = 4 * max(len(kinetic.DECAYS) * d if method == "l2e" else d, CHUNK_FLOATS)
+    assert biggest <= bound < 4 * nets.HIDDEN * d, (biggest, bound)

@@ -18,7 +18,7 @@ learned for those values. ``meta_params`` is ``"pretrained"`` (bdlkit's shipped 
 :class:`~bdlkit.l2e.Pretrained`; ``kinetic="identity"`` swaps the MLP for ½·rᵀr (SGHMC).
 
 Cost per step: one gradient plus two MLP passes over the (d, 9) features, evaluated
-:data:`~bdlkit.core.chunks.CHUNK` coordinates at a time (one matrix product per layer and
+:data:`~bdlkit.l2e.features.CHUNK` coordinates at a time (one matrix product per layer and
 chunk, no loop over elements): the transient memory is chunk × (9 + 2·32) floats, not d × 32.
 On a network the state is flat storage (:mod:`bdlkit.algorithms.storage`) and the gradient
 the module oracle on the flat vector (:class:`~bdlkit.problems.oracles.FlatModuleOracle`),
@@ -176,7 +176,8 @@ class L2E(LearnedVersion, FlatStorage, Sampler):
         update = partial(l2e_update, self.kinetic_fn, self.constants, temperature=temperature)
         if _chain_stack(self.problem, state.params):  # a Target's (chains, d): per chain
             update = vmap(update, in_dims=(0, 0, 1, 0, 0), out_dims=(0, 0, 1))
-        return tuple(tree_unflatten(spec, t) for t in update(leaves, *others))  # type: ignore[return-value]
+        theta, r, m = update(leaves, *others)
+        return tree_unflatten(spec, theta), tree_unflatten(spec, r), tree_unflatten(spec, m)
 
     def params(self, state: L2EState) -> TensorTree:
         return state.params

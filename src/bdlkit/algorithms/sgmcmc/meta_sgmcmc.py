@@ -28,9 +28,9 @@ a :class:`~bdlkit.core.errors.NonFiniteError` naming the step.
 Cost per step: one gradient, two passes of f_Q and two of f_D over (d, 2–3) inputs (finite
 differences), or three forward and three backward passes (autograd); on a Target's chain
 stack one more ``log_prob`` for each chain's u. The networks run
-:data:`~bdlkit.core.chunks.CHUNK` coordinates at a time, so their transient memory (hidden
-activations, the element-wise terms, autograd's graph) is chunk × hidden, not d × hidden;
-on a network the state is flat storage (:mod:`bdlkit.algorithms.storage`) and the gradient
+:data:`~bdlkit.meta_sgmcmc.dynamics.CHUNK` coordinates at a time, so their transient
+memory (hidden activations, the element-wise terms, autograd's graph) is a chunk's, not
+d × hidden; on a network the state is flat storage (:mod:`bdlkit.algorithms.storage`) and the gradient
 the module oracle on the flat vector (:class:`~bdlkit.problems.oracles.FlatModuleOracle`),
 whose peak memory is SGD's. State: θ, p and the previous step's u, p and two Q_f values
 (finite differences).
