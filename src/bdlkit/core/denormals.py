@@ -6,10 +6,14 @@ below float32's smallest normal number (1.2e-38), and the backward of ``log_soft
 (``grad − exp(log p)·Σ grad``, inside torch) returns denormal entries of ``p − y``; the
 backward matrix products and the ReLU backward carry them on (about 13 000 denormal
 values per step in the products' outputs, none in any state tensor). The source is
-inside torch's kernels, so the VI steps run under :func:`flushed`: on CPUs with slow
-denormal arithmetic (the issue measured 11.1 against 6.1 ms per ADVI step) the
-backward runs at full speed, and values below 1.2e-38 become zero (they are far below
-any gradient's rounding).
+inside torch's kernels, and the VI steps do **not** flush them: on this project's 2-core
+AMD EPYC, denormal arithmetic cost nothing measurable (16.7 ms per one-thread step not
+flushed, 17.2 flushed), while switching the flush on and off around each step on two
+threads made the steps of advi, score_vi and ivon 5 to 60 times slower (advi 312 ms
+against 5.3 ms per step): the flag is the calling thread's, so the OpenMP worker computes
+with another mode. :func:`flushed` is kept for a caller on a CPU with slow denormals and
+one thread; ``bdlkit bench efficiency`` reports each step's ``denormal_speedup`` so that a
+machine where they cost shows it.
 
 ``torch.set_flush_denormal`` sets the calling thread's floating-point control register
 (x86 MXCSR's FTZ and DAZ, aarch64 FPCR's FZ), so the flush covers the work done on that

@@ -109,6 +109,7 @@ class HMC(Sampler):
     target_accept: float = 0.8
     max_leapfrog: int = 1000
     name: str = "hmc"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
     step_size_param: ClassVar[str] = "step_size"
     full_batch: ClassVar[bool] = True
 

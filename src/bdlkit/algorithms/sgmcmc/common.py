@@ -50,9 +50,10 @@ class LearnedVersion:
 
     @property
     def VERSION(self) -> str:  # noqa: N802 - the runner's name for the update rule's version
-        """Version 1 of the update, with the meta-parameters' digest — a checkpoint written
-        with other meta-parameters (a re-trained file, another path) is not resumed."""
-        return f"1+{self.meta_digest}"
+        """Version 2 of the update (a network's noise drawn in chunks, bdlkit.core.noise),
+        with the meta-parameters' digest — a checkpoint written with other meta-parameters
+        (a re-trained file, another path) or by version 1 is not resumed."""
+        return f"2+{self.meta_digest}"
 
 
 def chain_start(problem: Problem, params: TensorTree | None,

@@ -91,6 +91,7 @@ class CyclicalSGHMC(FlatStorage, Sampler):
     samples_per_cycle: int = 3
     sample_spacing: int | None = None
     name: str = "csghmc"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
     _inner: SGHMC = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -19,6 +19,7 @@ changes slowly). Defaults β = 0.99, λ = 1e-5 as in the paper.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -68,6 +69,7 @@ class PSGLD(FlatStorage, Sampler):
     beta: float = 0.99
     eps: float = 1e-5
     name: str = "psgld"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
 
     def __post_init__(self) -> None:
         check_rate("lr", self.lr)

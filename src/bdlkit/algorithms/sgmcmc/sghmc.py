@@ -121,6 +121,7 @@ class SGHMC(FlatStorage, Sampler):
     noise_estimate: bool = False
     noise_decay: float = 0.99
     name: str = "sghmc"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
 
     def __post_init__(self) -> None:
         check_rate("lr", self.lr)

@@ -56,7 +56,7 @@ class SGLD(FlatStorage, Sampler):
     #: Version 2 — the per-datum untempered drift (T scales only the noise); version 1
     #: scaled the drift by 1/T.
     #: Checkpoints of another version are not resumed (bdlkit.Runner.fingerprint).
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3  # 3: a network's noise drawn in chunks (bdlkit.core.noise)
     problem_defaults: ClassVar[dict[str, dict[str, Any]]] = {
         "regression": {"lr": REGRESSION_LR}}
     problem: Problem

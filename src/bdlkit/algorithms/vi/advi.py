@@ -40,8 +40,8 @@ Scale: the optimiser minimises −ELBO/N (N = ``num_data``; 1 for a Target), as 
 −value/N (``docs/conventions.md``), so ``lr`` is per datum. The entropy gradient is scaled
 by 1/N like the rest. Cost (docs/vi.md, cost per iteration): S network forward + backward passes plus O(Sd), and
 memory for λ (2d) plus the optimiser's moments. On flat storage the O(Sd) is a fixed list
-of element-wise passes over one vector per field (:mod:`bdlkit.algorithms.vi.common`), and
-the step runs with float denormals flushed (:mod:`bdlkit.core.denormals`). ``VERSION`` 2:
+of element-wise passes over one vector per field (:mod:`bdlkit.algorithms.vi.common`);
+denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2:
 the noise of a network of more than 65 536 values is drawn in parallel chunks
 (:mod:`bdlkit.core.noise`) and Adam is torch's fused kernel, so a checkpoint of version 1
 is not resumed.
@@ -72,7 +72,6 @@ from bdlkit.algorithms.vi import flow_vi
 from bdlkit.algorithms.vi.flow_vi import FlowOptions
 from bdlkit.algorithms.vi.schedule import Annealing
 from bdlkit.core import rng
-from bdlkit.core.denormals import flushed
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import TensorTree, device_of, tree_map
@@ -152,7 +151,6 @@ class ADVI(FlatStorage, FlowOptions, Annealing, vi.DiagGaussianVI):
         """Flat on the diagonal Gaussian; a flow family keeps its own layout."""
         return self.storage == "flat" and self._flow is None
 
-    @flushed
     def update(self, state: ADVIState, batch: Batch) -> tuple[ADVIState, Info]:
         if self._flow is not None:  # flow_vi's module docstring
             return flow_vi.elbo_step(self._flow, self._layout, self._opt,

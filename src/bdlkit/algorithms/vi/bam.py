@@ -79,7 +79,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -234,6 +234,7 @@ class BaM(GaussianProjectionVI):
     init_std: float | None = None
     patience: int = DEFAULT_PATIENCE
     name: str = "bam"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
 
     def __post_init__(self) -> None:
         setup(self)

@@ -17,8 +17,8 @@ On flat storage (:mod:`bdlkit.algorithms.storage`) each leaf is one vector of al
 network's values, so each line above is one element-wise pass over it: the step of
 ``advi`` is exp (σ), the draw, σ·ε in place, μ + σε, the oracle, the two gradients (one
 pass each, :func:`elbo_gradients`) and Adam (copies of λ, m, v finished by one fused
-kernel, :meth:`bdlkit.core.optim.Adam.apply`). The methods run under
-:func:`bdlkit.core.denormals.flushed` (denormals from a confident network's softmax).
+kernel, :meth:`bdlkit.core.optim.Adam.apply`). Denormals from a confident network's softmax
+are not flushed (:mod:`bdlkit.core.denormals` says why).
 """
 
 from __future__ import annotations

@@ -114,6 +114,7 @@ class FisherVI(Annealing, vi.DiagGaussianVI):
     num_samples: int = 1
     init_std: float = 1e-3
     name: str = "fisher_vi"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
     data_parallel: ClassVar[bool] = False  # differentiates problem.log_posterior itself
     objective: ClassVar[str] = "loss"  # the Fisher divergence it minimises
     _opt: Any = field(init=False, repr=False, compare=False)

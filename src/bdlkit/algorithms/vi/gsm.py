@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -123,6 +123,7 @@ class GSM(GaussianProjectionVI):
     init_std: float | None = None
     patience: int = DEFAULT_PATIENCE
     name: str = "gsm"
+    VERSION: ClassVar[int] = 2  # 2: a network's noise drawn in chunks (bdlkit.core.noise)
 
     def __post_init__(self) -> None:
         setup(self)

@@ -28,8 +28,8 @@ buffers (:mod:`bdlkit.algorithms.storage`). Cost: S forward/backward passes, mem
 
 On flat storage a step is a fixed list of element-wise passes over one vector per field
 (h + δ, λ(h + δ), σε in place, θ, L̂, ĝ, ĥ, g, h, m: one or two each; the prior's score
-−P·m in one pass for a zero-mean Gaussian prior, without ``torch.func``), run with float
-denormals flushed (:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a network of
+−P·m in one pass for a zero-mean Gaussian prior, without ``torch.func``);
+denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2: the noise of a network of
 more than 65 536 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`) and the
 passes round differently, so a checkpoint of version 1 is not resumed.
 """
@@ -50,7 +50,6 @@ from bdlkit.algorithms.vi.common import DiagGaussianVI, minibatch_scores
 from bdlkit.algorithms.vi.prior_split import likelihood_scores, prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
 from bdlkit.core import rng
-from bdlkit.core.denormals import flushed
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import (
@@ -178,7 +177,6 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
                           average=None)
         return dataclasses.replace(state, average=self.initial_average(self.lam(state)))
 
-    @flushed
     def update(self, state: IVONState, batch: Batch) -> tuple[IVONState, Info]:
         size, delta = self.data_size, self.weight_decay
         gen = rng.from_state(state.rng_state, device=device_of(state.mean))

@@ -21,7 +21,7 @@ import torch
 
 from bdlkit.core.flat import FlatProblem
 from bdlkit.core.protocol import Problem
-from bdlkit.core.tree import TensorTree, tree_map, zeros_like
+from bdlkit.core.tree import TensorTree, tree_leaves, tree_map, zeros_like
 from bdlkit.problems import BayesianModel, Target
 from bdlkit.problems.priors import IsotropicGaussian
 
@@ -62,17 +62,18 @@ def likelihood_scores(scores: TensorTree, noise: TensorTree, prior: PriorTerms) 
     from the mean (module docstring)."""
     if prior.precision == 0.0:
         return scores
-    precision = unchecked(prior.precision)
+    precision = unchecked(prior.precision, tree_leaves(scores)[0].device)
     return tree_map(lambda s, sp, e: torch.addcmul(s, e, precision).sub_(sp), scores,
                     prior.score, noise)
 
 
-def unchecked(value: float) -> torch.Tensor:
-    """``value`` as a 0-dim float64 CPU tensor: an operation takes it in its tensors' dtype
+def unchecked(value: float, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``value`` as a 0-dim float64 tensor on ``device`` (the operands' own: a three-input
+    operation such as ``addcmul`` takes no CPU tensor beside CUDA ones): an operation takes it in its tensors' dtype
     without the range check of a scalar argument (``alpha=``, ``value=``), so a precision
     beyond float32's range, 1/(σ0²·T) at the ends of bdlkit's range, becomes inf in the
     arithmetic, as a product would, instead of raising."""
-    return torch.tensor(value, dtype=torch.float64)
+    return torch.tensor(value, dtype=torch.float64, device=device)
 
 
 __all__ = ["PriorTerms", "likelihood_scores", "prior_terms", "unchecked"]

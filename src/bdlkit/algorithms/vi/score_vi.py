@@ -37,8 +37,8 @@ averages).
 
 On flat storage both solvers are a fixed list of element-wise passes over one vector per
 field (the gradient solver's are ADVI's, :mod:`bdlkit.algorithms.vi.common`; the closed
-form's in :func:`~.score_vi_closed_form.step`), run with float denormals flushed
-(:mod:`bdlkit.core.denormals`). ``VERSION`` 2: the noise of a network of more than 65 536
+form's in :func:`~.score_vi_closed_form.step`);
+denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2: the noise of a network of more than 65 536
 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`), Adam is torch's fused kernel
 and the closed form's passes round differently, so a checkpoint of version 1 is not
 resumed.
@@ -73,7 +73,6 @@ from bdlkit.algorithms.vi.prior_split import prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
 from bdlkit.algorithms.vi.score_vi_options import check, warn_inert
 from bdlkit.core import rng
-from bdlkit.core.denormals import flushed
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
 from bdlkit.core.tree import (
@@ -303,7 +302,6 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         layout)."""
         return self.storage == "flat" and self._flow is None
 
-    @flushed
     def update(self, state: ScoreVIState, batch: Batch) -> tuple[ScoreVIState, Info]:
         if self._flow is not None:
             k = self.inner_steps

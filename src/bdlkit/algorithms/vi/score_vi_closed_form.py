@@ -162,7 +162,7 @@ def _curvature(noise: TensorTree, a_t: TensorTree, scores: TensorTree, loss: str
     precisions ``a_t`` (both left untouched), and m1 − μ_t (None for loss="rb", where
     m1 = μ_t). For loss="rb" three passes: the product, the sum over draws, the rest."""
     if loss == "rb":
-        centred, start = estimator == "centred", unchecked(plus)
+        centred, start = estimator == "centred", unchecked(plus, tree_leaves(noise)[0].device)
 
         def rb(e: Tensor, a: Tensor, s: Tensor) -> Tensor:
             total = torch.mul(e, s - s.mean(0) if centred else s).sum(0)
