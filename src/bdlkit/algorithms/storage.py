@@ -65,7 +65,7 @@ class FlatStorage:
             raise ValueError(f"storage must be one of {STORAGES}, got {self.storage!r}")
         known = self._returned.get("packed")
         if known is not None and self._returned["state"]() is state \
-                and all(map(operator.is_, tree_leaves(state), self._returned["leaves"])):
+                and _same_leaves(tree_leaves(state), self._returned["leaves"]):
             layout, packed = known
         else:
             layout = FlatLayout.of(self.params(state)) if self.flat_storage else None  # type: ignore[attr-defined]
@@ -93,6 +93,12 @@ class FlatStorage:
             twin = _on_problem(self, FlatProblem(self.problem, layout))  # type: ignore[attr-defined]
             self._twins[layout] = twin
         return twin
+
+
+def _same_leaves(leaves: list[Any], remembered: list[Any]) -> bool:
+    """Whether ``leaves`` are the very tensors remembered, as many and in order (a state
+    given an extra leaf is packed afresh)."""
+    return len(leaves) == len(remembered) and all(map(operator.is_, leaves, remembered))
 
 
 def _on_problem(algorithm: Any, flat: FlatProblem) -> Any:

@@ -107,7 +107,8 @@ class _Pool:
 
     def __init__(self) -> None:
         self.forget()
-        os.register_at_fork(after_in_child=self.forget)
+        if hasattr(os, "register_at_fork"):  # POSIX only (no fork on Windows)
+            os.register_at_fork(after_in_child=self.forget)
 
     def forget(self) -> None:
         self.pool: ThreadPoolExecutor | None = None
