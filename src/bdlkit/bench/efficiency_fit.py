@@ -2,8 +2,8 @@
 
 One ``bdlkit fit --method sgld --model mlp --data digits --steps N`` (:data:`FIT_ARGS`,
 batch 128, the MLP 64-100-10 of the ``runner`` suite) runs as a fresh Python process
-through the command's own entry point (:func:`bdlkit.cli_commands.main`, what the
-``bdlkit`` script calls), at the suite's thread count, into a temporary folder. The process
+through the command's own entry point (``python -m bdlkit``'s, run by :mod:`runpy`: a
+benchmark sits below the command line and does not import it), at the suite's thread count, into a temporary folder. The process
 records the wall-clock time at the boundaries of the run's phases by wrapping, without
 changing them, the functions the command calls (:func:`child`):
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -136,7 +137,6 @@ def child(marks: dict[str, float], argv: list[str]) -> None:
     the run's own algorithm and minibatches; print the marks as one JSON line."""
     import torch
 
-    from bdlkit import cli_commands
     from bdlkit.bench.runner_overhead import bare_loop
     from bdlkit.engine.runner import Runner
     from bdlkit.runs import directory
@@ -153,7 +153,7 @@ def child(marks: dict[str, float], argv: list[str]) -> None:
     directory.evaluate_result = _marked(marks, "evaluation", directory.evaluate_result)
     Runner.fit = _marked(marks, "training", fit_and_keep)  # type: ignore[method-assign]
     try:
-        code = cli_commands.main(argv)
+        code = _entry_point(argv)
         marks["main_end"] = time.time()
     finally:  # the functions as they were (the process goes on with the bare loop)
         directory.load_dataset, directory.evaluate_result, Runner.fit = originals
@@ -178,6 +178,19 @@ def _marked(marks: dict[str, float], name: str, fn: Callable[..., Any]) -> Calla
             marks[f"{name}_end"] = time.time()
 
     return wrapper
+
+
+def _entry_point(argv: list[str]) -> Any:
+    """``python -m bdlkit ARGV`` in this process (:mod:`runpy`); its exit code."""
+    saved = sys.argv
+    sys.argv = ["bdlkit", *argv]
+    try:
+        runpy.run_module("bdlkit", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        return 0 if stop.code is None else stop.code
+    finally:
+        sys.argv = saved
+    return 0
 
 
 def _command(argv: list[str]) -> str:
