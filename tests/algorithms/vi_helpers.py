@@ -1,6 +1,8 @@
 """What the VI algorithm tests share: Gaussian Targets with known answers (float64), a run
 loop and checks of checkpoint round trips and of full-covariance recovery."""
 
+import warnings
+
 import torch
 
 import bdlkit
@@ -8,6 +10,14 @@ from bdlkit.core.serialization import state_from_tensors, state_to_tensors
 from bdlkit.core.tree import tree_leaves
 
 F64 = torch.float64
+
+
+def quiet_flow(module, problem, **kw):
+    """``module.build(problem, family="flow", **kw)`` without score_vi's experimental-flow
+    warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # score_vi's flow is experimental
+        return module.build(problem, **{"family": "flow", **kw})
 
 
 def diag_gaussian(std: torch.Tensor, seed: int = 0):

@@ -3,11 +3,10 @@ q₀ is the diagonal Gaussian, the Gaussian block's closed-form gradients are au
 score_vi scores the anchor once at K = 1, a run learns and resumes bit-exactly, a run
 records its blocks."""
 
-import warnings
 
 import pytest
 import torch
-from vi_helpers import crash_then_resume, diag_gaussian
+from vi_helpers import crash_then_resume, diag_gaussian, quiet_flow
 
 import bdlkit
 from bdlkit.algorithms.vi import advi, flow_vi, score_vi
@@ -25,17 +24,11 @@ def _model(hidden=32, double=False):
     return BayesianModel(net.double() if double else net, "categorical", num_data=100)
 
 
-def _quiet(module, problem, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # score_vi's flow is experimental
-        return module.build(problem, **{"family": "flow", **kw})
-
-
 def test_a_last_layer_of_99_values_is_two_blocks_starting_at_the_diagonal_gaussian():
     problem = _model()
-    alg = _quiet(advi, problem, init_std=0.1)
+    alg = quiet_flow(advi, problem, init_std=0.1)
     assert alg._flow.flowed == 32 * 3 + 3 and alg._flow.blocks == 2
-    assert alg.record()["flow_block"] == 64 and "flow_block" not in _quiet(
+    assert alg.record()["flow_block"] == 64 and "flow_block" not in quiet_flow(
         advi, _model(hidden=8)).record()  # one block: the record of the flow before blocks
     state = alg.init(generator=torch.Generator().manual_seed(0))
     draws = alg.approximation(state).sample(4000, torch.Generator().manual_seed(1))
@@ -58,7 +51,7 @@ def test_advi_on_a_block_flow_takes_autograds_gradients_in_one_pass(stl, monkeyp
     """The flowed block's log q from the sampling pass (full estimator) and the Gaussian
     block's closed form give the gradients of the surrogate through the whole family."""
     problem = _model(double=True)
-    alg = _quiet(advi, problem, num_samples=3, stl=stl)
+    alg = quiet_flow(advi, problem, num_samples=3, stl=stl)
     state = alg.init(generator=torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(4)
     state.lam.update({k: v + 0.3 * torch.randn(v.shape, generator=gen, dtype=F64)
@@ -85,7 +78,7 @@ def test_score_vi_scores_the_anchor_once_at_one_inner_step_and_twice_off_it(monk
     monkeypatch.setattr(FlowFamily, "head_score", lambda *a, **k: calls.append(1) or
                         head_score(*a, **k))
     for inner_steps, per_step in ((1, [1, 1]), (2, [1, 2])):
-        alg = _quiet(score_vi, problem, inner_steps=inner_steps, num_samples=2)
+        alg = quiet_flow(score_vi, problem, inner_steps=inner_steps, num_samples=2)
         state = alg.init(generator=torch.Generator().manual_seed(0))
         counts = []
         for _ in range(2):
@@ -118,7 +111,7 @@ def test_a_block_flow_run_on_a_network_resumes_bit_exactly_after_a_crash(tmp_pat
     problem = BayesianModel(MLP(64, 10, hidden=(8,)), "categorical", num_data=data.num_train)
 
     def runner(run_dir):
-        return bdlkit.Runner(_quiet(advi, problem), data, steps=20, seed=1,
+        return bdlkit.Runner(quiet_flow(advi, problem), data, steps=20, seed=1,
                              run_dir=run_dir, checkpoint_every=5)
 
     full, _ = crash_then_resume(advi, runner, tmp_path, monkeypatch, at=12)

@@ -4,11 +4,10 @@ Gaussian on the rest; bad selections fail early; a NaN names the family; `bdlkit
 
 import json
 import signal
-import warnings
 
 import pytest
 import torch
-from vi_helpers import crash_then_resume
+from vi_helpers import crash_then_resume, quiet_flow
 
 import bdlkit
 from bdlkit.algorithms.vi import advi, score_vi
@@ -25,15 +24,9 @@ def _model(hidden=(8,), **kw):
     return BayesianModel(MLP(4, 3, hidden=hidden), "categorical", num_data=100, **kw)
 
 
-def _quiet(module, problem, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # score_vi's flow is experimental
-        return module.build(problem, **{"family": "flow", **kw})
-
-
 def test_the_flow_is_on_the_last_layer_and_q0_is_the_diagonal_gaussian_everywhere():
     problem = _model()
-    alg = _quiet(advi, problem, init_std=0.1)
+    alg = quiet_flow(advi, problem, init_std=0.1)
     assert alg._flow.features == problem.num_params and alg._flow.flowed == 8 * 3 + 3
     assert alg._layout.names == ("net.2.weight", "net.2.bias", "net.0.weight", "net.0.bias")
     state = alg.init(generator=torch.Generator().manual_seed(0))
@@ -50,16 +43,16 @@ def test_the_flow_is_on_the_last_layer_and_q0_is_the_diagonal_gaussian_everywher
 def test_named_tensors_can_carry_the_flow_and_bad_selections_fail_early():
     problem = _model()
     first = next(iter(problem.init_params()))
-    alg = _quiet(score_vi, problem, flow_on=f"{first},net.2.bias")
+    alg = quiet_flow(score_vi, problem, flow_on=f"{first},net.2.bias")
     assert alg._flow.flowed == 4 * 8 + 3 and alg.flow_on == (first, "net.2.bias")
     with pytest.raises(ValueError, match=r"flow_on= patterns \['head.\*'\] match no parameter"):
-        _quiet(advi, problem, flow_on="head.*")
+        quiet_flow(advi, problem, flow_on="head.*")
     with pytest.raises(ValueError, match="bayesian= leaves deterministic"):
-        _quiet(advi, _model(bayesian="last_layer"), flow_on="net.0.weight")
+        quiet_flow(advi, _model(bayesian="last_layer"), flow_on="net.0.weight")
     with pytest.raises(ValueError, match="flow_on names no parameter"):
-        _quiet(advi, problem, flow_on=",")
+        quiet_flow(advi, problem, flow_on=",")
     with pytest.raises(ValueError, match="flow transforms must be an integer >= 1"):
-        _quiet(advi, problem, flow_transforms=0)
+        quiet_flow(advi, problem, flow_transforms=0)
 
 
 @pytest.mark.slow
@@ -67,7 +60,7 @@ def test_advi_with_a_last_layer_flow_trains_a_network_and_its_draws_predict():
     data = bdlkit.data.load("digits")
     torch.manual_seed(0)
     problem = BayesianModel(MLP(64, 10, hidden=(16,)), "categorical", num_data=data.num_train)
-    result = bdlkit.Runner(_quiet(advi, problem), data, steps=150, seed=0).fit()
+    result = bdlkit.Runner(quiet_flow(advi, problem), data, steps=150, seed=0).fit()
     probs = result.predict(data.x_test, num_samples=8)
     accuracy = float((probs.argmax(-1) == data.y_test).double().mean())
     assert probs.shape == (len(data.y_test), 10) and accuracy > 0.9  # measured 0.970
@@ -75,7 +68,7 @@ def test_advi_with_a_last_layer_flow_trains_a_network_and_its_draws_predict():
 
 def test_a_non_finite_flow_loss_stops_the_run_naming_the_family_and_step(monkeypatch):
     target = bdlkit.Target(lambda x: -0.5 * (x**2).sum(-1), dim=2, dtype=torch.float64)
-    alg = _quiet(score_vi, target)
+    alg = quiet_flow(score_vi, target)
     score = FlowFamily.score
     monkeypatch.setattr(FlowFamily, "score", lambda *a, **k: score(*a, **k) * float("nan"))
     with pytest.raises(NonFiniteError, match=r"score_vi \(family='flow'\): the flow's "
@@ -113,7 +106,7 @@ def test_fit_with_a_flow_on_the_last_layer_resumes_bit_exactly_after_kill_9(tmp_
 
 def test_the_spline_family_covers_every_tensor_at_a_cost_linear_in_d():
     problem = _model()
-    alg = _quiet(advi, problem, family="spline", flow_bins=4)
+    alg = quiet_flow(advi, problem, family="spline", flow_bins=4)
     tensors = len(problem.init_params())
     state = alg.init(generator=torch.Generator().manual_seed(0))
     sizes = {k: v.numel() for k, v in state.lam.items()}
@@ -122,7 +115,7 @@ def test_the_spline_family_covers_every_tensor_at_a_cost_linear_in_d():
         tensors * (3 * 4 - 1)
     assert alg.label == "advi (family='spline')" and "flow_on" not in alg.record()
     with pytest.raises(ValueError, match="flow_on is an option of family=.flow.; family=.spline. covers"):
-        _quiet(advi, problem, family="spline", flow_on="all")
+        quiet_flow(advi, problem, family="spline", flow_on="all")
 
 
 @pytest.mark.parametrize("module", [advi, score_vi])
@@ -133,7 +126,7 @@ def test_a_spline_run_on_a_network_resumes_bit_exactly_after_a_crash(module, tmp
     problem = BayesianModel(MLP(64, 10, hidden=(8,)), "categorical", num_data=data.num_train)
 
     def runner(run_dir):
-        return bdlkit.Runner(_quiet(module, problem, family="spline"), data, steps=30, seed=1,
+        return bdlkit.Runner(quiet_flow(module, problem, family="spline"), data, steps=30, seed=1,
                              run_dir=run_dir, checkpoint_every=10)
 
     full, _ = crash_then_resume(module, runner, tmp_path, monkeypatch)
@@ -151,7 +144,7 @@ def test_score_vi_updates_a_flows_gaussian_block_with_its_own_rao_blackwellised_
     from bdlkit.core import rng
 
     problem = _model()
-    alg = _quiet(score_vi, problem, num_samples=4)
+    alg = quiet_flow(score_vi, problem, num_samples=4)
     state = alg.init(generator=torch.Generator().manual_seed(0))
     x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
     batch = (x, torch.arange(16) % 3)
@@ -174,24 +167,24 @@ def test_score_vi_updates_a_flows_gaussian_block_with_its_own_rao_blackwellised_
 def test_options_that_would_be_wrong_or_inert_with_a_flow_fail_early():
     problem = _model()
     with pytest.raises(ValueError, match="draws are independent, not antithetic pairs"):
-        _quiet(score_vi, problem, antithetic=True, num_samples=4)
+        quiet_flow(score_vi, problem, antithetic=True, num_samples=4)
     with pytest.raises(ValueError, match="use optimizer='adam'"):
-        _quiet(score_vi, problem, optimizer="sgd")
+        quiet_flow(score_vi, problem, optimizer="sgd")
     with pytest.raises(ValueError, match="flow_on is an option of family='flow'"):
-        _quiet(advi, problem, family="diag", flow_on="net.0.weight")
+        quiet_flow(advi, problem, family="diag", flow_on="net.0.weight")
     target = bdlkit.Target(lambda x: -0.5 * (x**2).sum(-1), dim=2)
     with pytest.raises(ValueError, match="on a Target the flow is on all of θ"):
-        _quiet(advi, target, flow_on="all")
+        quiet_flow(advi, target, flow_on="all")
     with pytest.warns(UserWarning, match="max_step cannot act") as caught:
         score_vi.build(problem, family="flow", max_step=2.0, loss="mc")
     assert not any("loss" in str(w.message).split("cannot")[0] for w in caught)  # it acts
-    everything = _quiet(advi, _model(bayesian="last_layer"), flow_on="all")
+    everything = quiet_flow(advi, _model(bayesian="last_layer"), flow_on="all")
     assert everything._flow.flowed == everything._flow.features  # all random tensors
 
 
 def test_a_non_finite_problem_score_is_named_as_such(monkeypatch):
     problem = _model()
-    alg = _quiet(advi, problem)
+    alg = quiet_flow(advi, problem)
     state = alg.init(generator=torch.Generator().manual_seed(0))
     inner = BayesianModel.value_and_score
     monkeypatch.setattr(BayesianModel, "value_and_score", lambda self, p, b: (
