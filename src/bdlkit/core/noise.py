@@ -1,32 +1,44 @@
-"""Standard normal noise for a large buffer on the CPU: chunks drawn in parallel, one stream.
+"""Standard normal noise for a large buffer on the CPU, drawn in fixed chunks: one stream.
 
-``torch.randn(..., generator=g)`` on the CPU is serial (one mt19937): 269 322 float32
-normals, an MLP 784-256-256-10's parameters, cost about 1 ms, half of a plain SGD step of
-that network on two threads. :func:`standard_normal` draws a buffer of more than
-:data:`CHUNK` values as fixed chunks of :data:`CHUNK` values instead:
+:func:`standard_normal` draws a buffer of more than :data:`CHUNK` values as fixed chunks
+of :data:`CHUNK` values:
 
 * one call draws ``624·c`` 32-bit words from ``generator`` (``c`` chunks), and chunk ``i``
   is filled by its own mt19937 whose whole state is the ``i``-th row of 624 words (a state
   drawn at random from the main stream: no 32-bit seed, so no two chunks of a run share a
   stream by a seed collision, as they would with ``manual_seed``, which keeps 32 bits);
-* the chunks are filled by ``torch.get_num_threads()`` threads (this one and a small pool
-  of Python threads: ``normal_`` releases the GIL), each a contiguous run of chunks.
+* the chunks are filled one after the other on the calling thread.
 
 The numbers depend only on the generator's state, the buffer's size and :data:`CHUNK`,
-never on the thread count (tested), and ``generator`` advances by the same amount
-whatever the thread count: a state saving the one generator still resumes bit-exactly.
-A buffer of at most :data:`CHUNK` values, a CUDA (or other device's) generator and a
-:class:`~bdlkit.core.rng.NoiseTape` draw as before (one ``normal_`` on the device's own
-generator; Philox on CUDA is parallel already).
+never on the thread count (tested), so a state saving the one generator resumes
+bit-exactly. A buffer of at most :data:`CHUNK` values, a CUDA (or other device's)
+generator and a :class:`~bdlkit.core.rng.NoiseTape` draw as before (one ``normal_`` on the
+device's own generator; Philox on CUDA is parallel already).
+
+Why chunks, and why no threads. ``torch.randn(..., generator=g)`` on the CPU is serial (one
+mt19937): 269 322 float32 normals, an MLP 784-256-256-10's parameters, cost about 0.9 ms.
+The chunks were made so that threads could fill them in parallel, and at first a pool of
+Python threads did (``normal_`` releases the GIL). Measured on 2
+cores at 2 torch threads, that pool made things slower, not faster, and not only the draw:
+
+* right after an OpenMP-parallel operation (``exp``), a chunked draw took 2.3 ms against
+  1.1 ms for one ``normal_``: torch's OpenMP workers spin after a parallel region, on the
+  core the pool thread needs;
+* every other operation of the process slowed down once the pool had run: in the
+  benchmark's interleaved MLP rounds a plain torch SGD step took 2.4 ms against 1.6 ms
+  without the pool, and ivon-opt's step 6.1 against 4.3 ms. The pool thread's
+  allocations live in a second glibc malloc arena; with ``MALLOC_ARENA_MAX=1`` most of
+  the slowdown went away.
+
+So the chunks are filled serially. Serial chunks cost what one ``normal_`` costs (a
+generator state set per 65 536 values), and they keep the stream: checkpoints of the
+threaded version resume with the same numbers.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -53,16 +65,10 @@ def standard_normal(shape: tuple[int, ...], generator: torch.Generator | rng.Noi
     chunks = -(-numel // CHUNK)
     states = chunk_states(generator, chunks)
     flat = out.view(-1)
-    workers = max(1, min(torch.get_num_threads(), chunks))
-    bounds = [chunks * k // workers for k in range(workers + 1)]
-    jobs = [(flat, states, bounds[k], bounds[k + 1]) for k in range(workers)]
-    if workers == 1:
-        _fill(*jobs[0])
-        return out
-    pending = [_POOL.executor(workers - 1).submit(_fill, *job) for job in jobs[1:]]
-    _fill(*jobs[0])
-    for future in pending:
-        future.result()
+    gen = torch.Generator()
+    for i in range(chunks):
+        gen.set_state(states[i].clone())  # a view would be read from its storage's start
+        flat[i * CHUNK:(i + 1) * CHUNK].normal_(generator=gen)
     return out
 
 
@@ -91,42 +97,5 @@ def _state_template() -> Tensor:
             "the torch version bdlkit was released with")
     return state
 
-
-def _fill(flat: Tensor, states: Tensor, first: int, stop: int) -> None:
-    """Chunks ``first`` to ``stop - 1`` of ``flat``, each from its own state."""
-    gen = torch.Generator()
-    for i in range(first, stop):
-        gen.set_state(states[i].clone())  # a view would be read from its storage's start
-        flat[i * CHUNK:(i + 1) * CHUNK].normal_(generator=gen)
-
-
-class _Pool:
-    """The Python threads that fill chunks beside the calling thread (built on first use,
-    rebuilt when the thread count changes, forgotten in a forked child, which has none of
-    its parent's threads)."""
-
-    def __init__(self) -> None:
-        self.forget()
-        if hasattr(os, "register_at_fork"):  # POSIX only (no fork on Windows)
-            os.register_at_fork(after_in_child=self.forget)
-
-    def forget(self) -> None:
-        self.pool: ThreadPoolExecutor | None = None
-        self.size = 0
-        self.lock = threading.Lock()
-
-    def executor(self, size: int) -> ThreadPoolExecutor:
-        """The pool of ``size`` threads."""
-        with self.lock:
-            if self.pool is None or self.size != size:
-                if self.pool is not None:
-                    self.pool.shutdown(wait=False)
-                self.pool = ThreadPoolExecutor(max_workers=size,
-                                               thread_name_prefix="bdlkit-noise")
-                self.size = size
-            return self.pool
-
-
-_POOL = _Pool()
 
 __all__ = ["CHUNK", "chunk_states", "standard_normal"]
