@@ -76,7 +76,7 @@ def randn_like(tree: TensorTree, generator: torch.Generator | rng.NoiseTape,
     A dict of tensors of one dtype and device is drawn as *one* vector of all its values
     (in the dict's order) and split: one generator call per step, and the same numbers
     whether the parameters are a dict or the flat vector of :mod:`bdlkit.core.flat`. A
-    draw of more than 65 536 values on the CPU is filled in parallel chunks
+    draw of more than 65 536 values on the CPU is drawn in fixed chunks
     (:func:`bdlkit.core.noise.standard_normal`: the same numbers at any thread count).
     ``generator`` may be a :class:`~bdlkit.core.rng.NoiseTape` (a compiled chunk).
     """
