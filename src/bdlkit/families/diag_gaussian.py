@@ -23,6 +23,10 @@ from torch import Tensor
 
 from bdlkit.core.tree import TensorTree, pytree_dataclass, randn_like, tree_leaves, tree_map
 
+#: ½(1 + log 2π), the entropy of N(0, 1) — each coordinate's share of
+#: H(q) = Σ_i [ρ_i + ½(1 + log 2π)].
+ENTROPY_CONST = 0.5 * (1.0 + math.log(2 * math.pi))
+
 
 @pytree_dataclass
 class DiagGaussianParams:

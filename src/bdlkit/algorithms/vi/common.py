@@ -45,7 +45,7 @@ from bdlkit.core.tree import (
     tree_map,
 )
 from bdlkit.families import diag_gaussian as family
-from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.families.diag_gaussian import ENTROPY_CONST, DiagGaussian, DiagGaussianParams
 from bdlkit.problems import Target
 
 
@@ -202,9 +202,34 @@ def minibatch_scores(
 
 
 def entropy(lam: DiagGaussianParams) -> Tensor:
-    """``H(q) = Σ_i [ρ_i + ½(1 + log 2π)]``."""
-    const = 0.5 * (1.0 + math.log(2 * math.pi))
-    return sum(r.sum() + const * r.numel() for r in tree_leaves(lam.rho))
+    """``H(q) = Σ_i [ρ_i + ½(1 + log 2π)]`` (the constant is
+    :data:`~bdlkit.families.diag_gaussian.ENTROPY_CONST`)."""
+    return sum(r.sum() + ENTROPY_CONST * r.numel() for r in tree_leaves(lam.rho))
+
+
+def positive_average(h: Tensor, h_hat: Tensor, beta: float, shifted: Tensor | float
+                     ) -> Tensor:
+    """``β h + (1 − β) ĥ + ½ (1 − β)² (h − ĥ)² / (h + δ)``: IVON's positivity-preserving
+    average of a curvature (``shifted``: h + δ, or δ alone; ``h_hat`` is used up). Used by
+    :mod:`~bdlkit.algorithms.vi.ivon` and by score_vi's closed form
+    (:mod:`~bdlkit.algorithms.vi.score_vi_closed_form`, ``curvature_update="riemannian"``,
+    with δ = 0 on its precision average).
+
+    With x = (1 − β)(h − ĥ) and a = h + δ > 0 the new h + δ is a(1 − x/a + x²/(2a²)) > 0,
+    whatever ĥ's sign: the second-order term of the Riemannian gradient step keeps the
+    precision positive (Lin, Schmidt & Khan, ICML 2020)."""
+    if not isinstance(shifted, Tensor):
+        shifted = h + shifted
+    new = torch.lerp(h, h_hat, 1 - beta)
+    return new.addcdiv_(h_hat.sub_(h).square_(), shifted, value=0.5 * (1 - beta) ** 2)
+
+
+def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
+    """Split the result of ``tree_map`` with a function returning ``n``-tuples into ``n``
+    trees (a tensor state's tuple is returned as it is)."""
+    if isinstance(out, tuple):
+        return out
+    return tuple({k: v[i] for k, v in out.items()} for i in range(n))
 
 
 def apply_grads(
@@ -231,6 +256,8 @@ __all__ = [
     "make_opt",
     "minibatch_scores",
     "num_draws",
+    "positive_average",
     "reparam",
     "setup",
+    "unzip",
 ]

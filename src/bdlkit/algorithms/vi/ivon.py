@@ -39,14 +39,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.storage import FlatStorage
-from bdlkit.algorithms.vi.common import DiagGaussianVI, minibatch_scores
+from bdlkit.algorithms.vi.common import (  # positive_average, unzip: re-exported
+    DiagGaussianVI,
+    minibatch_scores,
+    positive_average,
+    unzip,
+)
 from bdlkit.algorithms.vi.prior_split import likelihood_scores, prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
 from bdlkit.core import rng
@@ -62,11 +67,14 @@ from bdlkit.core.tree import (
     tree_map,
     zeros_like,
 )
-from bdlkit.families.diag_gaussian import DiagGaussian, DiagGaussianParams
+from bdlkit.families.diag_gaussian import (  # ENTROPY_CONST: re-exported
+    ENTROPY_CONST,
+    DiagGaussian,
+    DiagGaussianParams,
+)
 from bdlkit.problems import Target
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
-ENTROPY_CONST = 0.5 * (1.0 + math.log(2 * math.pi))  # H = Σ_i [log σ_i + ½(1 + log 2π)]
 
 
 @pytree_dataclass
@@ -223,28 +231,6 @@ class IVON(FlatStorage, Annealing, DiagGaussianVI):
             return new, info
         average = self.averaged(state.average, self.lam(new), t)
         return dataclasses.replace(new, average=average), info
-
-
-def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
-    """Split the result of ``tree_map`` with a function returning ``n``-tuples into ``n``
-    trees (a tensor state's tuple is returned as it is)."""
-    if isinstance(out, tuple):
-        return out
-    return tuple({k: v[i] for k, v in out.items()} for i in range(n))
-
-
-def positive_average(h: Tensor, h_hat: Tensor, beta: float, shifted: Tensor | float
-                     ) -> Tensor:
-    """``β h + (1 − β) ĥ + ½ (1 − β)² (h − ĥ)² / (h + δ)``: the average of IVON's curvature
-    (``shifted``: h + δ, or δ alone; ``h_hat`` is used up).
-
-    With x = (1 − β)(h − ĥ) and a = h + δ > 0 the new h + δ is a(1 − x/a + x²/(2a²)) > 0,
-    whatever ĥ's sign: the second-order term of the Riemannian gradient step keeps the
-    precision positive (Lin, Schmidt & Khan, ICML 2020)."""
-    if not isinstance(shifted, Tensor):
-        shifted = h + shifted
-    new = torch.lerp(h, h_hat, 1 - beta)
-    return new.addcdiv_(h_hat.sub_(h).square_(), shifted, value=0.5 * (1 - beta) ** 2)
 
 
 def check_options(lr, ess, hess_init, beta1, beta2, mc_samples, clip_radius) -> None:

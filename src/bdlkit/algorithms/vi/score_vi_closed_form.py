@@ -51,11 +51,12 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from bdlkit.algorithms.vi.common import positive_average, unzip
 from bdlkit.algorithms.vi.prior_split import PriorTerms, likelihood_scores, unchecked
 from bdlkit.core.errors import NonFiniteError
 from bdlkit.core.tree import (
@@ -177,7 +178,7 @@ def _curvature(noise: TensorTree, a_t: TensorTree, scores: TensorTree, loss: str
         v = dev.square().mean(0)
         return dev.mul_(s - s.mean(0)).mean(0).div_(v).neg_().add_(plus), shift
 
-    return _unzip(tree_map(mc, noise, scores), 2)
+    return unzip(tree_map(mc, noise, scores), 2)
 
 
 def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, noise: TensorTree,
@@ -202,15 +203,14 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, noise: TensorTree,
         counts["curvature_nonfinite"].append(ok.numel() - ok.sum())
         if cfg.start:  # w = 1: the average is ā itself
             ah = torch.where(ok, ah, c)  # a dropped estimate: no change
-            new = torch.lerp(c, ah, 1 - b)
-            if cfg.riemannian:
-                new.addcdiv_(ah.sub_(c).square_(), c, value=0.5 * (1 - b) ** 2)
-            return new, w
+            if cfg.riemannian:  # IVON's average, δ = 0: ā is the precision itself
+                return positive_average(c, ah, b, c), w
+            return torch.lerp(c, ah, 1 - b), w
         ah = torch.where(ok, ah, c / w.clamp_min(1e-300))
         return torch.where(ok, b * c + (1 - b) * ah, b * c), torch.where(ok, b * w + (1 - b),
                                                                          b * w)
 
-    curv, weight = _unzip(tree_map(average, state.curvature, state.weight, a_hat), 2)
+    curv, weight = unzip(tree_map(average, state.curvature, state.weight, a_hat), 2)
     steps: list[Tensor] = []  # per leaf: the largest standardised move of μ
 
     def update(mu, rho, a_t, c, w, g_lik, s_p, g_mom, shift=None):
@@ -238,7 +238,7 @@ def step(lam: DiagGaussianParams, anchor: DiagGaussianParams, noise: TensorTree,
         return a_next, mu_next, g_mom
 
     fields = (lam.mu, lam.rho, a_t, curv, weight, lik, prior.score, state.momentum)
-    a_next, mu_next, momentum = _unzip(tree_map(update, *fields) if shift is None
+    a_next, mu_next, momentum = unzip(tree_map(update, *fields) if shift is None
                                        else tree_map(update, *fields, shift), 3)
     new = DiagGaussianParams(mu=mu_next, rho=tree_map(lambda a: a.log().mul_(-0.5), a_next))
     state = dataclasses.replace(state, curvature=curv, weight=weight, momentum=momentum)
@@ -272,13 +272,6 @@ def guard(new: DiagGaussianParams, state: ClosedFormState, delta: float,
     return new, dataclasses.replace(state, saved_prev=state.saved_cur, saved_cur=new,
                                     delta_sum=torch.zeros_like(delta_sum), prev_mean=mean,
                                     grown=grown, window_steps=0)
-
-
-def _unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
-    """Split a ``tree_map`` result of ``n``-tuples into ``n`` trees."""
-    if isinstance(out, tuple):
-        return out
-    return tuple({k: v[i] for k, v in out.items()} for i in range(n))
 
 
 def _median_log_sigma_change(new: DiagGaussianParams, old: DiagGaussianParams) -> float:
