@@ -186,14 +186,14 @@ class Target:
         output seeds autograd itself, so a step's one point has no reshape or sum in its
         graph (:func:`_gradient` runs the backward)."""
         rows = theta.ndim == 2  # (else one point (d,), seen as the row (1, d))
-        leaf = (theta.detach() if rows else theta.detach().view(1, self.dim)).requires_grad_(True)
+        leaf = (theta.detach() if rows else theta.detach()[None]).requires_grad_(True)
         out = self._rows(leaf)  # (its output is connected: _check_density)
         value = out.sum() if rows else out
         score = _gradient(value, leaf)
-        value = value.detach() if rows else value.detach().view(())
-        if score is None:
+        value = value.detach() if rows else value.detach()[0]  # (indexing, a cheaper view
+        if score is None:                                         # than .view(shape) here)
             return value, torch.zeros_like(theta)
-        return value, score if rows else score.view(theta.shape)
+        return value, score if rows else score[0]
 
     def score(self, theta: Tensor) -> Tensor:
         """Gradient of ``log_prob`` at each row of ``theta``."""
