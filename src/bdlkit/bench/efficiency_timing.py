@@ -11,7 +11,8 @@ zero (``torch.set_flush_denormal(True)``) and not, interleaved (the order of the
 alternating from round to round), and gives ``denormal_speedup`` = time(not flushed) /
 time(flushed): about 1 when the step holds no denormal numbers, clearly above 1 when some
 of its arithmetic runs on them (slow microcode paths on x86). The caller's setting is
-restored afterwards (:func:`flushing_denormals` reads it: torch has no getter).
+restored afterwards (:func:`bdlkit.core.denormals.flushing` reads it: torch has no getter;
+``flushing_denormals`` is that function).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import torch
 from bdlkit.bench.efficiency_memory import release
 from bdlkit.bench.efficiency_report import failure
 from bdlkit.bench.efficiency_setup import MODEL_SPECS, build
+from bdlkit.core.denormals import flushing as flushing_denormals  # the bench's name for it
 from bdlkit.problems import BayesianModel
 
-#: the smallest positive float32 normal is 1.18e-38: this is a float32 denormal number
+#: the smallest positive float32 normal is 1.18e-38: this is a float32 denormal number (the
+#: bench reads the setting with :func:`bdlkit.core.denormals.flushing` now; kept for callers)
 DENORMAL = 1e-39
 #: a row whose step runs this much faster with denormals flushed is flagged in the notes
 DENORMAL_FLAG = 1.1
@@ -40,12 +43,6 @@ def say(echo: bool, text: str) -> None:
     """Progress of the suite on stderr (``echo=False``: silent)."""
     if echo:
         print(text, file=sys.stderr, flush=True)
-
-
-def flushing_denormals() -> bool:
-    """Whether this thread flushes float32 denormals to zero now: a denormal times one
-    reads as zero when it does (``torch.set_flush_denormal`` has no getter)."""
-    return float(torch.tensor([DENORMAL], dtype=torch.float32).mul(1.0)) == 0.0
 
 
 @contextlib.contextmanager
