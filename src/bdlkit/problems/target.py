@@ -182,16 +182,16 @@ class Target:
 
     def _autograd(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`value_and_score` by plain autograd (about 3x cheaper per call than
-        torch.func): the leaf is the ``(n, d)`` rows ``log_prob_fn`` sees, and one row's
-        output seeds autograd itself, so a step's one point has no reshape or sum in its
-        graph (:func:`_gradient` runs the backward)."""
+        torch.func): the leaf is the ``(n, d)`` rows ``log_prob_fn`` sees, and the rows'
+        outputs seed autograd themselves (:func:`_gradient`: the gradient of their sum), so
+        the graph holds ``log_prob`` alone, with no reshape and no sum."""
         rows = theta.ndim == 2  # (else one point (d,), seen as the row (1, d))
         leaf = (theta.detach() if rows else theta.detach()[None]).requires_grad_(True)
         out = self._rows(leaf)  # (its output is connected: _check_density)
-        value = out.sum() if rows else out
-        score = _gradient(value, leaf)
-        value = value.detach() if rows else value.detach()[0]  # (indexing, a cheaper view
-        if score is None:                                         # than .view(shape) here)
+        score = _gradient(out, leaf)
+        value = out.detach()
+        value = value.sum() if rows else value[0]  # (indexing: a cheaper view than .view())
+        if score is None:
             return value, torch.zeros_like(theta)
         return value, score if rows else score[0]
 
@@ -282,19 +282,22 @@ class Target:
 _ENGINE = getattr(getattr(torch.autograd, "Variable", None), "_execution_engine", None)
 
 
-def _gradient(value: Tensor, leaf: Tensor) -> Tensor | None:
-    """``torch.autograd.grad(value, leaf, allow_unused=True)[0]`` for a one-element
-    ``value``, by autograd's engine directly.
+def _gradient(out: Tensor, leaf: Tensor) -> Tensor | None:
+    """The gradient of ``out.sum()`` with respect to ``leaf`` (None where it does not reach
+    ``leaf``), by autograd's engine directly, seeded with ``ones_like(out)``: what
+    ``torch.autograd.grad(out, leaf, torch.ones_like(out), allow_unused=True)[0]``
+    returns, and ``torch.autograd.grad(out.sum(), leaf)``'s gradient, with no sum in the
+    graph.
 
     ``torch.autograd.grad`` is a Python wrapper around that engine call (argument
-    normalisation, the seed ``ones_like(value)`` checked against ``value``'s shape, logging
-    hooks). On a Target's small graph the wrapper costs more than the backward itself: 53
-    against 33 us per call for a 3-D standard normal, where a whole SGLD step of the
-    README's example costs about 100 us. The same engine call, with the same seed, gives
-    the same gradient bit for bit (tested); where torch keeps no engine at
+    normalisation, the seed checked against ``out``'s shape, logging hooks). On a
+    Target's small graph the wrapper costs more than the backward itself: 53 against 33 us
+    per call for a 3-D standard normal, where a whole SGLD step of the README's example
+    costs about 100 us. The same engine call, with the same seed, gives the same gradient
+    bit for bit (tested); where torch keeps no engine at
     ``torch.autograd.Variable._execution_engine`` the wrapper is used."""
+    seed = torch.ones_like(out)
     if _ENGINE is None:
-        return torch.autograd.grad(value, leaf, allow_unused=True)[0]
-    (score,) = _ENGINE.run_backward((value,), (torch.ones_like(value),), False, False,
-                                    (leaf,), True, False)
+        return torch.autograd.grad(out, leaf, seed, allow_unused=True)[0]
+    (score,) = _ENGINE.run_backward((out,), (seed,), False, False, (leaf,), True, False)
     return score
