@@ -37,7 +37,8 @@ averages).
 
 On flat storage both solvers are a fixed list of element-wise passes over one vector per
 field (the gradient solver's are ADVI's, :mod:`bdlkit.algorithms.vi.common`; the closed
-form's in :func:`~.score_vi_closed_form.step`);
+form's in :func:`~.score_vi_closed_form.step`). The gradient solver's loss gradients are
+in :mod:`.score_vi_gradients`;
 denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2: the noise of a network of more than 65 536
 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`), Adam is torch's fused kernel
 and the closed form's passes round differently, so a checkpoint of version 1 is not
@@ -61,7 +62,6 @@ from bdlkit.algorithms.vi import score_vi_closed_form as closed_form
 from bdlkit.algorithms.vi.common import (
     DiagGaussianVI,
     draw_eps,
-    elbo_gradients,
     entropy,
     gaussian_draws,
     initial_lam,
@@ -71,7 +71,21 @@ from bdlkit.algorithms.vi.common import (
 from bdlkit.algorithms.vi.flow_vi import FlowOptions
 from bdlkit.algorithms.vi.prior_split import prior_terms
 from bdlkit.algorithms.vi.schedule import Annealing, RunningMean
-from bdlkit.algorithms.vi.score_vi_options import check, warn_inert
+from bdlkit.algorithms.vi.score_vi_gradients import (  # re-exported (__all__)
+    anchored_rb_gradients,
+    cross_term,
+    mc_gradients,
+    natural_precondition,
+    rb_gradients,
+)
+from bdlkit.algorithms.vi.score_vi_options import (  # precision_floor, ...: re-exported
+    PRECONDITIONERS,  # noqa: F401 (kept importable from here)
+    SOLVER_DEFAULTS,
+    TARGET_CLOSED_FORM,
+    check,
+    precision_floor,
+    warn_inert,
+)
 from bdlkit.core import rng
 from bdlkit.core.protocol import Batch, Info, Problem
 from bdlkit.core.schedules import Schedule
@@ -81,29 +95,13 @@ from bdlkit.core.tree import (
     device_of,
     pytree_dataclass,
     tree_map,
-    unzip_pairs,
 )
-from bdlkit.core.value_range import LOW
 from bdlkit.families.diag_gaussian import DiagGaussianParams
 from bdlkit.problems import Target
 
 KIND = "vi"  # what the algorithm returns: see bdlkit.core.protocol.Algorithm
 
-#: The defaults of the options whose sensible value depends on the solver (stated once).
-#: closed_form: ``benchmarks/results/natural-vi-study`` (``bdlkit bench natural-vi-study``).
-SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gradient": {"lr": 1e-2, "num_samples": 1, "antithetic": False, "alpha_max": 0.5,
-                 "warmup": 0, "omega": None, "curvature_decay": 0.0, "momentum": 0.9,
-                 "init_std": 1e-2, "hess_init": None, "curvature_update": None},
-    "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5,
-                    "warmup": None, "omega": 0.1, "curvature_decay": 0.999, "momentum": 0.9,
-                    "init_std": None, "hess_init": 3.0, "curvature_update": None},
-}
-#: The closed form's defaults on a Target. Its scores are exact and the curvature estimate
-#: accurate (unbiased, from exact scores), so the average is fast and linear.
-TARGET_CLOSED_FORM = {"curvature_decay": 0.9, "curvature_update": "linear"}
 WARMUP_FRACTION = 0.1  # warmup=None: α rises over the first 10 % of the run
-PRECONDITIONERS = ("sigma2", "natural", "none")
 #: True while :meth:`ScoreVI.for_run` re-creates the algorithm: no build warning again.
 _REBINDING = contextvars.ContextVar("score_vi_rebinding", default=False)
 
@@ -154,7 +152,8 @@ class ScoreVI(FlatStorage, FlowOptions, Annealing, DiagGaussianVI):
         curvature_update: "riemannian" (IVON's positivity-preserving average; the default
             with a number hess_init) or "linear" (the default with "estimate").
         antithetic: draw S/2 pairs μ_t ± σ_t ε (default: on for the closed form).
-        a_min: precision floor of the closed form (default :func:`precision_floor`).
+        a_min: precision floor of the closed form (default
+            :func:`~.score_vi_options.precision_floor`).
         max_step: the closed form's trust region: no coordinate of μ moves by more than
             this many σ in one step (counted in ``info["step_clipped"]``; default inf:
             none, as a capped divergence hides from the guard).
@@ -383,94 +382,6 @@ def _antithetic(eps: Tensor, sigma: Tensor) -> Tensor:
     torch.mul(eps, sigma, out=out[:half])
     torch.neg(out[:half], out=out[half:])
     return out
-
-
-def precision_floor(problem: Problem, target: float = 1e-8) -> float:
-    """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel's isotropic
-    Gaussian prior (a log-concave likelihood cannot make q wider than the prior), at most
-    1/LOW² = 1e30, the precision of the narrowest prior at T = 1
-    (:mod:`bdlkit.core.value_range`), so that it stays within float32 whatever σ₀ and T;
-    else ``target`` (a Target's density has no separate prior)."""
-    if isinstance(problem, Target):
-        return target
-    return min(1.0 / (problem.prior.scale ** 2 * problem.temperature), LOW ** -2)
-
-
-def cross_term(lam_mu: Tensor, mu_t: Tensor, theta: Tensor, s: Tensor, centred: bool,
-               antithetic: bool = False) -> Tensor:
-    """mean_k (θ_k − μ) ŝ_k; ``centred``: its anchor part as the unbiased
-    :func:`~.score_vi_closed_form.anchor_covariance`, plus (μ_t − μ)·ŝ̄ (same expectation)."""
-    if not centred:
-        return ((theta - lam_mu) * s).mean(0)
-    estimator = "pair" if antithetic else "centred"
-    return closed_form.anchor_covariance(theta, mu_t, s, estimator) + (mu_t - lam_mu) * s.mean(0)
-
-
-def rb_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
-                 scores: TensorTree, alpha: float, centred: bool = False,
-                 antithetic: bool = False) -> DiagGaussianParams:
-    """∇_λ of the Rao-Blackwellised loss (docs/vi.md).
-
-    Per coordinate, with a = 1/σ²::
-
-        ∂μ = 2(1+α) a² (μ − μ_t) − 2a·mean_k ŝ_k
-        ∂a = α[2a(μ − μ_t)² − 2(a_t − a)σ_t²] + 2a(σ_t² + (μ_t − μ)²) + 2·mean_k (θ_k − μ) ŝ_k
-        ∂ρ = −2a · ∂a
-    """
-    def per_leaf(mu, rho, mu_t, rho_t, theta, s):
-        a, a_t = (-2 * rho).exp(), (-2 * rho_t).exp()
-        var_t, dm = 1.0 / a_t, mu - mu_t
-        cross = cross_term(mu, mu_t, theta, s, centred, antithetic)
-        g_mu = 2 * (1 + alpha) * a**2 * dm - 2 * a * s.mean(0)
-        g_a = alpha * (2 * a * dm**2 - 2 * (a_t - a) * var_t) + 2 * a * (var_t + dm**2) \
-            + 2 * cross
-        return g_mu, -2 * a * g_a
-
-    return _per_leaf(per_leaf, lam, anchor, thetas, scores)
-
-
-def anchored_rb_gradients(noise: TensorTree, scores: TensorTree,
-                          num_data: float) -> DiagGaussianParams:
-    """σ²-preconditioned :func:`rb_gradients` at λ = λ_t (K = 1), over 2N (μ) and 4N (ρ):
-    ``−mean_k ŝ_k / N`` and ``−(1 + mean_k (θ_k − μ) ŝ_k) / N``, ADVI's gradients (the same
-    function, :func:`~.common.elbo_gradients`, from the offsets ``noise`` = θ_k − μ)."""
-    return elbo_gradients(scores, noise, -1.0 / num_data)
-
-
-def natural_precondition(grads: DiagGaussianParams, lam: DiagGaussianParams,
-                         anchor: DiagGaussianParams, alpha: float) -> DiagGaussianParams:
-    """Divide by the per-anchor loss's diagonal curvature: ∂²/∂μ² = 2(1+α)a² and, near the
-    argmin, ∂²/∂ρ² ≈ 8(1+α)a²(σ_t² + (μ − μ_t)²)."""
-    def per_leaf(g_mu, g_rho, mu, rho, mu_t, rho_t):
-        a2 = (-4 * rho).exp()
-        h_rho = 8 * (1 + alpha) * a2 * ((2 * rho_t).exp() + (mu - mu_t) ** 2)
-        return g_mu / (2 * (1 + alpha) * a2), g_rho / h_rho
-
-    pairs = tree_map(per_leaf, grads.mu, grads.rho, lam.mu, lam.rho, anchor.mu, anchor.rho)
-    mu, rho = unzip_pairs(pairs)
-    return DiagGaussianParams(mu=mu, rho=rho)
-
-
-def mc_gradients(lam: DiagGaussianParams, anchor: DiagGaussianParams, thetas: TensorTree,
-                 scores: TensorTree, alpha: float) -> DiagGaussianParams:
-    """∇_λ of the plain Monte Carlo loss (docs/vi.md).
-
-    With R_k = (1+α) g_λ(θ_k) − α g_t(θ_k) − ŝ_k::
-
-        ∂μ = mean_k 2 R_k / σ²,   ∂ρ = mean_k 4 R_k (θ_k − μ) / σ²
-    """
-    def per_leaf(mu, rho, mu_t, rho_t, theta, s):
-        a, a_t = (-2 * rho).exp(), (-2 * rho_t).exp()
-        r = (1 + alpha) * (-(theta - mu) * a) + alpha * (theta - mu_t) * a_t - s
-        return (2 * r * a).mean(0), (4 * r * (theta - mu) * a).mean(0)
-
-    return _per_leaf(per_leaf, lam, anchor, thetas, scores)
-
-
-def _per_leaf(fn, lam, anchor, thetas, scores) -> DiagGaussianParams:
-    mu, rho = unzip_pairs(tree_map(fn, lam.mu, lam.rho, anchor.mu, anchor.rho, thetas,
-                                          scores))
-    return DiagGaussianParams(mu=mu, rho=rho)
 
 
 build = builder(ScoreVI)

@@ -1,4 +1,5 @@
-"""score_vi's option checks: the ranges, the combinations, and the options that cannot act.
+"""score_vi's option defaults and checks: the solvers' defaults, the default precision
+floor, the ranges, the combinations, and the options that cannot act.
 
 Kept apart from :mod:`.score_vi` so the algorithm file holds the update; every rule here
 names the option, the allowed range and the fix.
@@ -12,8 +13,23 @@ from typing import Any
 
 from bdlkit.algorithms.vi.score_vi_closed_form import CURVATURE_UPDATES
 from bdlkit.core.protocol import Problem
+from bdlkit.core.value_range import LOW
+from bdlkit.problems import Target
 
 PRECONDITIONERS = ("sigma2", "natural", "none")
+#: The defaults of the options whose sensible value depends on the solver (stated once).
+#: closed_form: ``benchmarks/results/natural-vi-study`` (``bdlkit bench natural-vi-study``).
+SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gradient": {"lr": 1e-2, "num_samples": 1, "antithetic": False, "alpha_max": 0.5,
+                 "warmup": 0, "omega": None, "curvature_decay": 0.0, "momentum": 0.9,
+                 "init_std": 1e-2, "hess_init": None, "curvature_update": None},
+    "closed_form": {"lr": None, "num_samples": 2, "antithetic": True, "alpha_max": 0.5,
+                    "warmup": None, "omega": 0.1, "curvature_decay": 0.999, "momentum": 0.9,
+                    "init_std": None, "hess_init": 3.0, "curvature_update": None},
+}
+#: The closed form's defaults on a Target. Its scores are exact and the curvature estimate
+#: accurate (unbiased, from exact scores), so the average is fast and linear.
+TARGET_CLOSED_FORM = {"curvature_decay": 0.9, "curvature_update": "linear"}
 #: The options that cannot act in a configuration, as tuples of the solver, whether only
 #: at K = 1, the options, and why (with the fix).
 INERT_RULES = [
@@ -30,8 +46,6 @@ INERT_RULES = [
 def warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
     """Warn about options the user set that cannot act in this configuration (set: not
     None and not the solver's default, which a resolved algorithm holds)."""
-    from bdlkit.algorithms.vi.score_vi import SOLVER_DEFAULTS
-
     for rule_solver, only_k1, keys, why in INERT_RULES:
         inert = [k for k in keys
                  if given[k] is not None and given[k] != SOLVER_DEFAULTS[solver][k]]
@@ -39,6 +53,17 @@ def warn_inert(solver: str, inner_steps: int, given: dict[str, Any]) -> None:
             warnings.warn(f"score_vi: {', '.join(inert)} cannot act with solver={solver!r} "
                           f"and inner_steps={inner_steps} ({why})",
                           stacklevel=6)  # build's caller
+
+
+def precision_floor(problem: Problem, target: float = 1e-8) -> float:
+    """The default ``a_min``: the prior precision 1/(σ₀² T) of a BayesianModel's isotropic
+    Gaussian prior (a log-concave likelihood cannot make q wider than the prior), at most
+    1/LOW² = 1e30, the precision of the narrowest prior at T = 1
+    (:mod:`bdlkit.core.value_range`), so that it stays within float32 whatever σ₀ and T;
+    else ``target`` (a Target's density has no separate prior)."""
+    if isinstance(problem, Target):
+        return target
+    return min(1.0 / (problem.prior.scale ** 2 * problem.temperature), LOW ** -2)
 
 
 def _integer(name: str, value: Any, low: int) -> None:
@@ -112,4 +137,5 @@ def _check_closed_form(opts: dict[str, Any], curvature_update: str, loss: str, s
                          "curvature_update='linear'")
 
 
-__all__ = ["INERT_RULES", "PRECONDITIONERS", "check", "warn_inert"]
+__all__ = ["INERT_RULES", "PRECONDITIONERS", "SOLVER_DEFAULTS", "TARGET_CLOSED_FORM", "check",
+           "precision_floor", "warn_inert"]
