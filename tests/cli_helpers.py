@@ -1,9 +1,11 @@
 """``bdlkit`` command lines run in a subprocess that kills itself with SIGKILL when a chosen
-method reaches a chosen step (the kill -9 resume tests; ``from cli_helpers import ...``)."""
+method reaches a chosen step (the kill -9 resume tests), and a short in-process ``fit`` with
+its error line (test_cli.py, test_cli_parsing.py); ``from cli_helpers import ...``."""
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 KILLER = """
 import importlib, os, signal, sys
@@ -17,6 +19,24 @@ cls.step = step
 from bdlkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+#: a short fit: 20 steps, logged every 5, no progress bar
+FIT_QUICK = ["--steps", "20", "--log-every", "5", "--no-progress"]
+
+
+def fit(out: Path, *extra: str, method: str = "sgld") -> int:
+    """``bdlkit fit --method METHOD --out OUT`` with :data:`FIT_QUICK` and ``extra``, in
+    process: the exit status."""
+    from bdlkit.cli import main  # here: the kill -9 tests' importers need no CLI in process
+
+    return main(["fit", "--method", method, "--out", str(out), *FIT_QUICK, *extra])
+
+
+def error_line(err: str) -> str:
+    """The last ``bdlkit: ...`` line of ``err`` (there must be one)."""
+    lines = [line for line in err.splitlines() if line.startswith("bdlkit: ")]
+    assert lines, err
+    return lines[-1]
 
 
 def run_cli(*argv: str, method: tuple[str, str], kill_at: int | None = None,

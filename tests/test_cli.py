@@ -1,4 +1,6 @@
-"""The ``bdlkit`` command line, end to end on the embedded ``digits`` data set.
+"""The ``bdlkit`` command line, end to end on the embedded ``digits`` data set: run
+directories, resume, divergence and evaluate (its parsing and ``--config`` files:
+``test_cli_parsing.py``).
 
 Every run is short (<= 60 steps of a 64-100-10 MLP, except the divergence tests, which
 stop within a few dozen steps). A finished SGLD run is built once per module and copied
@@ -20,13 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from bdlkit import algorithms, data, models
+from bdlkit import data
 from bdlkit.cli import main
 from bdlkit.engine.checkpoint import list_checkpoints, load_checkpoint
 from bdlkit.runs.yaml_files import load_yaml
+from cli_helpers import error_line, fit
 
 PNG = b"\x89PNG\r\n\x1a\n"
-QUICK = ["--steps", "20", "--log-every", "5", "--no-progress"]
 ACCEPTANCE = ["fit", "--method", "sgld", "--model", "mlp", "--data", "digits", "--steps", "60",
               "--seed", "0", "--out", "{out}", "--no-progress"]
 
@@ -47,16 +49,6 @@ def run_copy(finished_run, tmp_path):
     dst = tmp_path / "run"
     shutil.copytree(finished_run[0], dst)
     return dst
-
-
-def fit(out: Path, *extra: str, method: str = "sgld") -> int:
-    return main(["fit", "--method", method, "--out", str(out), *QUICK, *extra])
-
-
-def error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("bdlkit: ")]
-    assert lines, err
-    return lines[-1]
 
 
 # ---------------------------------------------------------------------- acceptance
@@ -147,102 +139,7 @@ def test_evaluate_rewrites_identical_metrics(finished_run, run_copy, capsys):
     assert "accuracy" in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------------- bad input
-def test_unknown_method_lists_valid_names(tmp_path, capsys):
-    assert main(["fit", "--method", "sgdl", "--steps", "5", "--out", str(tmp_path / "r")]) == 2
-    line = error_line(capsys.readouterr().err)
-    assert line.startswith("bdlkit: error:") and "'sgdl'" in line
-    for name in algorithms.METHODS:
-        assert name in line
-    assert not (tmp_path / "r").exists()
-
-
-def test_unknown_model_lists_valid_names(tmp_path, capsys):
-    assert fit(tmp_path / "r", "--model", "mlpp") == 2
-    line = error_line(capsys.readouterr().err)
-    assert line.startswith("bdlkit: error:") and "'mlpp'" in line
-    for name in models.MODELS:
-        assert name in line
-    assert not (tmp_path / "r").exists()
-
-
-def test_unknown_data_set_lists_valid_names(tmp_path, capsys):
-    assert fit(tmp_path / "r", "--data", "digitz") == 2
-    err = capsys.readouterr().err
-    assert "bdlkit: error:" in err and "'digitz'" in err
-    for name in ("digits", "mnist", "notmnist", "uci/<name> (boston", "bdlkit list"):
-        assert name in err
-    assert "Traceback" not in err
-    assert not (tmp_path / "r").exists()
-
-
-def test_misspelled_option_suggests(tmp_path, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["fit", "--method", "sgld", "--stpes", "5", "--out", str(tmp_path / "r")])
-    assert info.value.code == 2
-    assert "did you mean --steps" in capsys.readouterr().err
-
-
-def test_misspelled_method_option_suggests(tmp_path, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["fit", "--method", "sgld", "--lrr", "0.1", "--steps", "5",
-              "--out", str(tmp_path / "r")])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert "did you mean --lr" in err and "--lrr" in err
-
-
-def test_method_option_of_another_method_is_refused(tmp_path, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["fit", "--method", "sgld", "--optimizer", "sgd", "--steps", "5",
-              "--out", str(tmp_path / "r")])
-    assert info.value.code == 2
-    assert "--optimizer" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argv, needle", [
-    (["fit", "--steps", "5", "--out", "x"], "--method is required"),
-    (["fit", "--method", "sgld", "--steps", "5"], "--out DIR is required"),
-])
-def test_missing_required_option(argv, needle, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    assert needle in capsys.readouterr().err
-
-
-def test_steps_and_epochs_conflict(tmp_path, capsys):
-    assert fit(tmp_path / "r", "--epochs", "1") == 2
-    assert "exactly one of steps or epochs" in error_line(capsys.readouterr().err)
-
-
-def test_misspelled_key_in_config_file(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: sgld\nstesp: 20\n")
-    assert main(["fit", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
-    line = error_line(capsys.readouterr().err)
-    assert "'stesp'" in line and "did you mean 'steps'" in line and str(path) in line
-    assert not (tmp_path / "r").exists()
-
-
-def test_misspelled_hyperparameter_in_config_file(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: sgld\nsteps: 20\nhyper: {lrr: 0.1}\n")
-    assert main(["fit", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
-    line = error_line(capsys.readouterr().err)
-    assert "'lrr'" in line and "did you mean 'lr'" in line
-
-
-def test_invalid_config_file(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: sgld\nsteps: [20\n")
-    assert main(["fit", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
-    assert "not valid YAML" in error_line(capsys.readouterr().err)
-    missing = tmp_path / "missing.yaml"
-    assert main(["fit", "--config", str(missing), "--out", str(tmp_path / "r")]) == 2
-    assert "does not exist" in error_line(capsys.readouterr().err)
-
-
+# ---------------------------------------------------------------------- run directories, resume, divergence
 def test_existing_out_dir_needs_resume_or_overwrite(run_copy, capsys):
     before = (run_copy / "metrics.json").read_bytes()
     assert fit(run_copy) == 2
@@ -402,45 +299,6 @@ def test_resume_after_a_nan_stop_takes_a_smaller_lr_and_records_it(tmp_path, cap
     assert main(["evaluate", str(out)]) == 0  # the checkpoints after the change match it
 
 
-# ---------------------------------------------------------------------- --config files
-def test_config_file_values_are_used(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: sgld\nsteps: 12\nseed: 3\nlog_every: 4\nbatch_size: 64\n"
-                    "hyper: {lr: 0.05}\n")
-    out = tmp_path / "r"
-    assert main(["fit", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
-    cfg = load_yaml(out / "config.yaml")
-    assert (cfg["method"], cfg["steps"], cfg["seed"], cfg["log_every"], cfg["batch_size"]) == (
-        "sgld", 12, 3, 4, 64)
-    assert cfg["hyper"]["lr"] == 0.05
-    capsys.readouterr()
-
-
-def test_command_line_overrides_config_file(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: sgld\nsteps: 12\nseed: 3\nlog_every: 4\nbatch_size: 64\n"
-                    "hyper: {lr: 0.05}\n")
-    out = tmp_path / "r"
-    argv = ["fit", "--config", str(path), "--steps", "8", "--seed", "1", "--lr", "0.02",
-            "--out", str(out), "--no-progress"]
-    assert main(argv) == 0
-    cfg = load_yaml(out / "config.yaml")
-    assert (cfg["steps"], cfg["seed"], cfg["hyper"]["lr"]) == (8, 1, 0.02)  # command line
-    assert (cfg["log_every"], cfg["batch_size"]) == (4, 64)  # file
-    steps = [json.loads(line)["step"] for line in (out / "log.jsonl").read_text().splitlines()]
-    assert steps == [4, 8]
-    capsys.readouterr()
-
-
-def test_config_file_scientific_notation_lr(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: sgld\nsteps: 6\nlog_every: 3\nhyper: {lr: 1e-3}\n")
-    out = tmp_path / "r"
-    rc = main(["fit", "--config", str(path), "--out", str(out), "--no-progress"])
-    assert rc == 0, capsys.readouterr().err
-    assert load_yaml(out / "config.yaml")["hyper"]["lr"] == 0.001
-
-
 # ---------------------------------------------------------------------- OOD evaluation
 def _require(name: str, **kwargs):
     try:
@@ -482,21 +340,6 @@ def test_evaluate_ood_of_another_shape_is_refused(run_copy, capsys):
     assert (run_copy / "metrics.json").read_bytes() == before
 
 
-def test_abbreviated_options_are_refused(tmp_path):
-    with pytest.raises(SystemExit):
-        main(["fit", "--method", "sgld", "--step", "3", "--out", str(tmp_path / "r")])
-
-
-def test_command_line_length_replaces_the_config_files(tmp_path, capsys):
-    path = tmp_path / "exp.yaml"
-    path.write_text("method: map\nsteps: 500\nlog_every: 1\n")
-    out = tmp_path / "r"
-    assert main(["fit", "--config", str(path), "--epochs", "1", "--out", str(out),
-                 "--no-progress"]) == 0
-    cfg = load_yaml(out / "config.yaml")
-    assert cfg["epochs"] == 1 and cfg["steps"] is None
-
-
 def test_files_get_the_usual_permissions(finished_run):
     mode = (finished_run[0] / "metrics.json").stat().st_mode & 0o777
     umask = os.umask(0)
@@ -509,4 +352,3 @@ def test_bench_refuses_a_folder_it_did_not_write(tmp_path, capsys):
     assert main(["bench", "runner", "--quick", "--out", str(tmp_path)]) == 2
     assert "not written by bdlkit" in error_line(capsys.readouterr().err)
     assert (tmp_path / "report.md").read_text() == "my report"
-
