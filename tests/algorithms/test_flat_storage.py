@@ -144,3 +144,33 @@ def test_a_returned_state_steps_without_packing_again_and_a_changed_one_is_packe
                                            state_to_tensors(remembered).items()})
     for x, y in zip(tree_leaves(moved), tree_leaves(alg.step(copy, batch)[0]), strict=True):
         assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))
+
+
+def test_a_returned_state_given_an_extra_leaf_is_packed_afresh(monkeypatch):
+    """The packed state is reused only for as many leaves as it was remembered with: the
+    returned state itself, given one more field at its end (its leaves so far the very
+    tensors remembered), is packed again and steps with that field."""
+    from bdlkit.algorithms import storage
+    from bdlkit.algorithms.vi.schedule import RunningMean
+
+    packs = []
+    real_pack = storage.pack
+    monkeypatch.setattr(storage, "pack", lambda layout, state: packs.append(1) or real_pack(
+        layout, state))
+    model, batch = problem()
+    alg = algorithms.get_method("advi").build(model)  # no averaging: the average is None
+    state, _ = alg.step(alg.init(generator=torch.Generator().manual_seed(3)), batch)
+    remembered = tree_leaves(state)
+    assert len(packs) == 1 and state.average is None
+    object.__setattr__(state, "average", RunningMean(
+        lam=state_from_tensors(state.lam, {k: v.clone() for k, v in
+                                           state_to_tensors(state.lam).items()}), count=0))
+    leaves = tree_leaves(state)
+    assert len(leaves) > len(remembered)  # the extra leaves come last, after the step
+    assert all(x is y for x, y in zip(leaves, remembered))
+    stepped, _ = alg.step(state, batch)
+    assert len(packs) == 2  # packed afresh, not the remembered packed state
+    assert stepped.average is not None
+    copy = state_from_tensors(state, {k: v.clone() for k, v in state_to_tensors(state).items()})
+    for x, y in zip(tree_leaves(stepped), tree_leaves(alg.step(copy, batch)[0]), strict=True):
+        assert torch.equal(torch.as_tensor(x), torch.as_tensor(y))
