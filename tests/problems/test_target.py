@@ -3,6 +3,7 @@ import torch
 
 import bdlkit
 import bdlkit.problems.target as target_module
+from bdlkit.core.errors import InputError
 
 
 def gaussian_target():
@@ -187,9 +188,10 @@ def test_the_autograd_score_differentiates_log_prob_alone(monkeypatch):
 @pytest.mark.parametrize("engine", ["direct", "wrapper"])
 def test_the_engine_call_is_autograd_grad_bit_for_bit(monkeypatch, engine):
     """The score by autograd's engine directly (target._gradient) equals
-    torch.autograd.grad's, for one point, several chains, float64, and a density that
-    does not use one coordinate's row (its score is zeros); without the engine where
-    torch keeps it, the wrapper runs."""
+    torch.autograd.grad's, for one point, several chains and float64; a density that
+    leaves some coordinates out has zeros there, and one connected to a parameter but not
+    to θ at all (autograd's None) a zero score; without the engine where torch keeps it,
+    the wrapper runs."""
     if engine == "wrapper":
         monkeypatch.setattr(target_module, "_ENGINE", None)
     cases = [(lambda th: -0.5 * (th**2).sum(-1), torch.float32),
@@ -209,3 +211,20 @@ def test_the_engine_call_is_autograd_grad_bit_for_bit(monkeypatch, engine):
     half = bdlkit.Target(lambda th: -(th[:, :2]**2).sum(-1), dim=4)
     _, score = half.value_and_score(torch.ones(4))
     assert torch.equal(score, torch.tensor([-2.0, -2.0, 0.0, 0.0]))
+    weight = torch.nn.Parameter(torch.tensor(2.0))
+    beside = bdlkit.Target(lambda th: weight * th.detach().sum(-1), dim=4)
+    for theta in (torch.ones(4), torch.ones(3, 4)):
+        value, score = beside.value_and_score(theta)
+        assert torch.equal(score, torch.zeros_like(theta))
+        assert value.item() == 8.0 * (theta.shape[0] if theta.ndim == 2 else 1)
+
+
+def test_a_score_under_inference_mode_says_what_to_do():
+    """torch.inference_mode() switches autograd off: the message says so and names the
+    ways out, instead of calling the density disconnected."""
+    target = bdlkit.Target(lambda th: -(th**2).sum(-1), dim=3)
+    with torch.inference_mode(), pytest.raises(InputError, match="inference_mode"):
+        target.value_and_score(torch.zeros(3))
+    with torch.no_grad():  # no_grad is fine: the score enables grad itself
+        _, score = target.value_and_score(torch.ones(3))
+    assert torch.equal(score, torch.full((3,), -2.0))

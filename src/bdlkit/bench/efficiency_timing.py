@@ -32,9 +32,6 @@ from bdlkit.bench.efficiency_setup import MODEL_SPECS, build
 from bdlkit.core.denormals import flushing as flushing_denormals  # the bench's name for it
 from bdlkit.problems import BayesianModel
 
-#: the smallest positive float32 normal is 1.18e-38: this is a float32 denormal number (the
-#: bench reads the setting with :func:`bdlkit.core.denormals.flushing` now; kept for callers)
-DENORMAL = 1e-39
 #: a row whose step runs this much faster with denormals flushed is flagged in the notes
 DENORMAL_FLAG = 1.1
 

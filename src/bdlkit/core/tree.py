@@ -145,8 +145,14 @@ def index(tree: TensorTree, i: int | slice | Tensor) -> TensorTree:
     return tree_map(lambda t: t[i], tree)
 
 
+def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
+    """Split the result of ``tree_map`` with a function returning ``n``-tuples into ``n``
+    trees (a tensor state's tuple is returned as it is)."""
+    if isinstance(out, tuple):
+        return out
+    return tuple({k: v[i] for k, v in out.items()} for i in range(n))
+
+
 def unzip_pairs(pairs: Any) -> tuple[TensorTree, TensorTree]:
     """Split the result of ``tree_map`` with a function returning pairs into two trees."""
-    if isinstance(pairs, tuple):
-        return pairs
-    return {k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()}
+    return unzip(pairs, 2)  # type: ignore[return-value]

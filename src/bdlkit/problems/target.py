@@ -185,6 +185,11 @@ class Target:
         torch.func): the leaf is the ``(n, d)`` rows ``log_prob_fn`` sees, and the rows'
         outputs seed autograd themselves (:func:`_gradient`: the gradient of their sum), so
         the graph holds ``log_prob`` alone, with no reshape and no sum."""
+        if torch.is_inference_mode_enabled():
+            raise InputError(f"Target {self.name!r}: its score needs autograd, which "
+                             "torch.inference_mode() switches off: call it outside "
+                             "inference_mode (torch.no_grad() is fine), or give the Target "
+                             "its gradient with score=")
         rows = theta.ndim == 2  # (else one point (d,), seen as the row (1, d))
         leaf = (theta.detach() if rows else theta.detach()[None]).requires_grad_(True)
         out = self._rows(leaf)  # (its output is connected: _check_density)
@@ -284,20 +289,21 @@ _ENGINE = getattr(getattr(torch.autograd, "Variable", None), "_execution_engine"
 
 def _gradient(out: Tensor, leaf: Tensor) -> Tensor | None:
     """The gradient of ``out.sum()`` with respect to ``leaf`` (None where it does not reach
-    ``leaf``), by autograd's engine directly, seeded with ``ones_like(out)``: what
-    ``torch.autograd.grad(out, leaf, torch.ones_like(out), allow_unused=True)[0]``
-    returns, and ``torch.autograd.grad(out.sum(), leaf)``'s gradient, with no sum in the
-    graph.
+    ``leaf``), seeded with ``ones_like(out)``: what ``torch.autograd.grad(out, leaf,
+    torch.ones_like(out), allow_unused=True)[0]`` returns, and ``torch.autograd.grad(
+    out.sum(), leaf)``'s gradient, with no sum in the graph.
 
-    ``torch.autograd.grad`` is a Python wrapper around that engine call (argument
-    normalisation, the seed checked against ``out``'s shape, logging hooks). On a
-    Target's small graph the wrapper costs more than the backward itself: 53 against 33 us
-    per call for a 3-D standard normal, where a whole SGLD step of the README's example
-    costs about 100 us. The same engine call, with the same seed, gives the same gradient
-    bit for bit (tested); where torch keeps no engine at
-    ``torch.autograd.Variable._execution_engine`` the wrapper is used."""
+    For plain CPU tensors it calls autograd's engine directly. ``torch.autograd.grad`` is
+    a Python wrapper around that call (argument normalisation, the seed checked against
+    ``out``'s shape, logging hooks, tensor-subclass dispatch, a context stashed for device
+    threads): on a 3-D standard normal it takes 53 us, the engine call 33 us, where a whole
+    SGLD step of the README's example takes about 90 us. The same engine call, with the
+    same seed, gives the same gradient bit for bit (tested). Elsewhere (another device, a
+    tensor subclass, no engine where torch keeps it) the wrapper runs."""
     seed = torch.ones_like(out)
-    if _ENGINE is None:
+    if _ENGINE is None or type(out) is not Tensor or type(leaf) is not Tensor \
+            or not leaf.is_cpu:
         return torch.autograd.grad(out, leaf, seed, allow_unused=True)[0]
-    (score,) = _ENGINE.run_backward((out,), (seed,), False, False, (leaf,), True, False)
+    (score,) = _ENGINE.run_backward((out,), (seed,), False, False, (leaf,),
+                                    allow_unreachable=True, accumulate_grad=False)
     return score

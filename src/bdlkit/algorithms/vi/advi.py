@@ -42,7 +42,7 @@ by 1/N like the rest. Cost (docs/vi.md, cost per iteration): S network forward +
 memory for λ (2d) plus the optimiser's moments. On flat storage the O(Sd) is a fixed list
 of element-wise passes over one vector per field (:mod:`bdlkit.algorithms.vi.common`);
 denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2:
-the noise of a network of more than 65 536 values is drawn in parallel chunks
+the noise of a network of more than 65 536 values is drawn in fixed chunks
 (:mod:`bdlkit.core.noise`) and Adam is torch's fused kernel, so a checkpoint of version 1
 is not resumed.
 

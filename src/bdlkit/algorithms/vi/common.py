@@ -43,6 +43,7 @@ from bdlkit.core.tree import (
     stack,
     tree_leaves,
     tree_map,
+    unzip,
 )
 from bdlkit.families import diag_gaussian as family
 from bdlkit.families.diag_gaussian import ENTROPY_CONST, DiagGaussian, DiagGaussianParams
@@ -222,14 +223,6 @@ def positive_average(h: Tensor, h_hat: Tensor, beta: float, shifted: Tensor | fl
         shifted = h + shifted
     new = torch.lerp(h, h_hat, 1 - beta)
     return new.addcdiv_(h_hat.sub_(h).square_(), shifted, value=0.5 * (1 - beta) ** 2)
-
-
-def unzip(out: Any, n: int) -> tuple[TensorTree, ...]:
-    """Split the result of ``tree_map`` with a function returning ``n``-tuples into ``n``
-    trees (a tensor state's tuple is returned as it is)."""
-    if isinstance(out, tuple):
-        return out
-    return tuple({k: v[i] for k, v in out.items()} for i in range(n))
 
 
 def apply_grads(

@@ -30,7 +30,7 @@ On flat storage a step is a fixed list of element-wise passes over one vector pe
 (h + δ, λ(h + δ), σε in place, θ, L̂, ĝ, ĥ, g, h, m: one or two each; the prior's score
 −P·m in one pass for a zero-mean Gaussian prior, without ``torch.func``);
 denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2: the noise of a network of
-more than 65 536 values is drawn in parallel chunks (:mod:`bdlkit.core.noise`) and the
+more than 65 536 values is drawn in fixed chunks (:mod:`bdlkit.core.noise`) and the
 passes round differently, so a checkpoint of version 1 is not resumed.
 """
 
@@ -46,7 +46,7 @@ from torch import Tensor
 
 from bdlkit.algorithms.options import builder
 from bdlkit.algorithms.storage import FlatStorage
-from bdlkit.algorithms.vi.common import (  # positive_average, unzip: re-exported
+from bdlkit.algorithms.vi.common import (
     DiagGaussianVI,
     minibatch_scores,
     positive_average,
@@ -67,7 +67,7 @@ from bdlkit.core.tree import (
     tree_map,
     zeros_like,
 )
-from bdlkit.families.diag_gaussian import (  # ENTROPY_CONST: re-exported
+from bdlkit.families.diag_gaussian import (
     ENTROPY_CONST,
     DiagGaussian,
     DiagGaussianParams,

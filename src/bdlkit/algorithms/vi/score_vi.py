@@ -40,7 +40,7 @@ field (the gradient solver's are ADVI's, :mod:`bdlkit.algorithms.vi.common`; the
 form's in :func:`~.score_vi_closed_form.step`). The gradient solver's loss gradients are
 in :mod:`.score_vi_gradients`;
 denormals are not flushed (:mod:`bdlkit.core.denormals` says why). ``VERSION`` 2: the noise of a network of more than 65 536
-values is drawn in parallel chunks (:mod:`bdlkit.core.noise`), Adam is torch's fused kernel
+values is drawn in fixed chunks (:mod:`bdlkit.core.noise`), Adam is torch's fused kernel
 and the closed form's passes round differently, so a checkpoint of version 1 is not
 resumed.
 """
