@@ -30,10 +30,10 @@ threads, that pool made things slower, not faster, and not only the draw:
   allocations live in a second glibc malloc arena; with ``MALLOC_ARENA_MAX=1`` most of
   the slowdown went away.
 
-So the chunks are filled serially: for the MLP's 269 322 values about 1.18 ms against
-1.07 ms for one ``normal_`` (the chunks' 624-word states and a generator state set per
-65 536 values), and the stream is kept: checkpoints of the threaded version resume with
-the same numbers.
+So the chunks are filled serially: for the MLP's 269 322 values about 0.1 ms more than
+one ``normal_`` of about 0.95 ms (the chunks' 624-word states and a generator state set
+per 65 536 values), and the stream is kept: checkpoints of the threaded version resume
+with the same numbers.
 """
 
 from __future__ import annotations
