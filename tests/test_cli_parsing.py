@@ -19,20 +19,16 @@ from cli_helpers import error_line, fit
 
 
 # ---------------------------------------------------------------------- bad input
-def test_unknown_method_lists_valid_names(tmp_path, capsys):
-    assert main(["fit", "--method", "sgdl", "--steps", "5", "--out", str(tmp_path / "r")]) == 2
+@pytest.mark.parametrize("bad, extra, method, valid", [
+    ("sgdl", (), "sgdl", algorithms.METHODS),
+    ("mlpp", ("--model", "mlpp"), "sgld", models.MODELS),
+], ids=["method", "model"])
+def test_an_unknown_method_or_model_lists_valid_names(tmp_path, capsys, bad, extra, method,
+                                                      valid):
+    assert fit(tmp_path / "r", *extra, method=method) == 2
     line = error_line(capsys.readouterr().err)
-    assert line.startswith("bdlkit: error:") and "'sgdl'" in line
-    for name in algorithms.METHODS:
-        assert name in line
-    assert not (tmp_path / "r").exists()
-
-
-def test_unknown_model_lists_valid_names(tmp_path, capsys):
-    assert fit(tmp_path / "r", "--model", "mlpp") == 2
-    line = error_line(capsys.readouterr().err)
-    assert line.startswith("bdlkit: error:") and "'mlpp'" in line
-    for name in models.MODELS:
+    assert line.startswith("bdlkit: error:") and f"'{bad}'" in line
+    for name in valid:
         assert name in line
     assert not (tmp_path / "r").exists()
 
